@@ -1,0 +1,19 @@
+"""The user model. Custom from the first migration so later fields need no data migration."""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import AbstractUser
+from django.db import models
+
+
+class User(AbstractUser):
+    """A person using PAW (Django's user, plus ``token_version``).
+
+    ``token_version`` is carried as a claim in every JWT; bumping it (logout, password
+    change) makes every access and refresh token issued before stop working at once.
+    """
+
+    token_version = models.PositiveIntegerField(default=0)
+
+    class Meta(AbstractUser.Meta):
+        swappable = "AUTH_USER_MODEL"

@@ -1,0 +1,11 @@
+"""Page routes of the web chat."""
+
+from __future__ import annotations
+
+from django.urls import path
+
+from conversations import views
+
+urlpatterns = [
+    path("", views.home, name="home"),
+]

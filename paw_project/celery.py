@@ -1,0 +1,37 @@
+"""The Celery app: configured from Django settings (namespace ``CELERY_``), tasks discovered
+in every installed app (cookiecutter-django's layout).
+
+The request id of the code that enqueues a task travels in the task headers, so the
+worker's log lines for that task carry the same id.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from celery import Celery, signals
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "paw_project.settings")
+
+app = Celery("paw_project")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks()
+
+_REQUEST_ID_HEADER = "paw_request_id"
+
+
+@signals.before_task_publish.connect
+def _send_request_id(headers: dict[str, Any] | None = None, **_: Any) -> None:
+    from paw_project.logging import request_id_var
+
+    if headers is not None:
+        headers.setdefault(_REQUEST_ID_HEADER, request_id_var.get())
+
+
+@signals.task_prerun.connect
+def _receive_request_id(task: Any = None, **_: Any) -> None:
+    from paw_project.logging import request_id_var
+
+    request_id = getattr(task.request, _REQUEST_ID_HEADER, None) if task else None
+    request_id_var.set(request_id or "-")

@@ -1,0 +1,312 @@
+"""PAW settings: every value comes from an environment variable prefixed ``PAW_``.
+
+Each variable is listed in the README with its default. Production differs from a laptop
+only by environment; secrets have no production defaults. Two modes follow from
+``PAW_REDIS_URL``:
+
+* empty (the default): *embedded* mode: one process serves HTTP/websockets, runs a Celery
+  worker thread on an in-memory broker, and uses the in-memory channel layer and a
+  local-memory cache;
+* set: Redis is the Celery broker, the channel layer and the cache, so web processes and
+  worker nodes can be scaled out.
+"""
+
+from __future__ import annotations
+
+import socket
+from datetime import timedelta
+from pathlib import Path
+
+import environ
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+env = environ.Env()
+
+
+def _path(name: str, default: Path) -> Path:
+    """A filesystem path setting, relative paths taken from the project root."""
+    value = Path(env.str(name, default=str(default)))
+    return value if value.is_absolute() else (BASE_DIR / value)
+
+
+# --- Core -------------------------------------------------------------------------------
+
+DEBUG = env.bool("PAW_DEBUG", default=False)
+VAR_DIR = _path("PAW_VAR_DIR", BASE_DIR / "var")
+
+SECRET_KEY = env.str("PAW_SECRET_KEY", default="")
+if not SECRET_KEY:
+    if not DEBUG:
+        raise ImproperlyConfigured(
+            "PAW_SECRET_KEY is not set. Set it to a long random string "
+            '(python -c "import secrets; print(secrets.token_urlsafe(50))"), '
+            "or set PAW_DEBUG=1 for a local development key. "
+            "`make run` creates and keeps one under var/ for you."
+        )
+    SECRET_KEY = "paw-insecure-development-key-never-use-in-production"  # noqa: S105
+# Older keys, newest first after SECRET_KEY: sessions, tokens and encrypted fields made
+# under them stay readable during a key rotation (Django SECRET_KEY_FALLBACKS).
+SECRET_KEY_FALLBACKS = env.list("PAW_SECRET_KEY_FALLBACKS", default=[])
+
+ALLOWED_HOSTS = env.list("PAW_ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env.list("PAW_CSRF_TRUSTED_ORIGINS", default=[])
+
+# The host and port `make run` serves on.
+PAW_HOST = env.str("PAW_HOST", default="127.0.0.1")
+PAW_PORT = env.int("PAW_PORT", default=8000)
+
+# This worker node's name: its sandboxes are reached through the `sandbox.<node>` queue.
+PAW_NODE_NAME = env.str("PAW_NODE_NAME", default=socket.gethostname())
+
+INSTALLED_APPS = [
+    "daphne",  # first: its runserver serves ASGI (Channels docs)
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "channels",
+    "rest_framework",
+    "rest_framework_simplejwt.token_blacklist",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI served from the project, no CDN
+    "paw_project",
+    "accounts",
+    "conversations",
+    "sandboxes",
+    "billing",
+    "secrets_vault",
+]
+
+MIDDLEWARE = [
+    "paw_project.middleware.RequestIdMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "paw_project.urls"
+ASGI_APPLICATION = "paw_project.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Database ---------------------------------------------------------------------------
+
+DATABASES = {
+    "default": env.db_url(
+        "PAW_DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'paw.sqlite3'}"
+    ),
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # The file's folder must exist before the first connection (a fresh clone has no var/).
+    Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
+    # Several threads (web + embedded worker) write: wait for the lock instead of failing.
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        {"timeout": 20, "transaction_mode": "IMMEDIATE", "init_command": "PRAGMA journal_mode=WAL;"}
+    )
+else:
+    DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("PAW_DB_CONN_MAX_AGE", default=60))
+    DATABASES["default"].setdefault("CONN_HEALTH_CHECKS", True)
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+AUTH_USER_MODEL = "accounts.User"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/accounts/login/"
+
+# --- Redis: broker, channel layer, cache ------------------------------------------------
+
+REDIS_URL = env.str("PAW_REDIS_URL", default="")
+EMBEDDED = not REDIS_URL
+
+if EMBEDDED:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+else:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL], "capacity": 1000, "expiry": 60},
+        }
+    }
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": "paw",
+        }
+    }
+
+# --- Celery (namespace CELERY_, read by paw_project/celery.py) --------------------------
+
+# Longest a run may take (seconds); the broker's visibility timeout is kept above it so
+# an unacknowledged task is never redelivered while its run can still be going.
+PAW_RUN_TIMEOUT_SECONDS = env.int("PAW_RUN_TIMEOUT_SECONDS", default=1800)
+
+CELERY_BROKER_URL = REDIS_URL or "memory://localhost/"
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": max(3600, 2 * PAW_RUN_TIMEOUT_SECONDS)}
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# PAW's tasks hand long work to sandbox threads and return quickly: these limits only
+# catch a task that hangs (enforced by the prefork pool; the threads pool logs them).
+CELERY_TASK_SOFT_TIME_LIMIT = env.int("PAW_TASK_SOFT_TIME_LIMIT", default=60)
+CELERY_TASK_TIME_LIMIT = env.int("PAW_TASK_TIME_LIMIT", default=90)
+CELERY_TASK_DEFAULT_QUEUE = "runs"
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_WORKER_SEND_TASK_EVENTS = False
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+CELERY_BEAT_SCHEDULE: dict = {}
+# Threads of a worker node (each handles one short task at a time).
+PAW_WORKER_CONCURRENCY = env.int("PAW_WORKER_CONCURRENCY", default=8)
+
+# --- Workspaces -------------------------------------------------------------------------
+
+PAW_WORKSPACE_ROOT = _path("PAW_WORKSPACE_ROOT", VAR_DIR / "workspaces")
+
+# --- REST framework, JWT, OpenAPI -------------------------------------------------------
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework_simplejwt.authentication.JWTAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": [
+        "rest_framework.parsers.JSONParser",
+        "rest_framework.parsers.MultiPartParser",
+        "rest_framework.parsers.FormParser",
+    ],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "paw_project.exception_handlers.api_exception_handler",
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+}
+if DEBUG:
+    REST_FRAMEWORK["DEFAULT_RENDERER_CLASSES"].append("rest_framework.renderers.BrowsableAPIRenderer")
+
+SIMPLE_JWT = {
+    "ACCESS_TOKEN_LIFETIME": timedelta(minutes=env.int("PAW_JWT_ACCESS_MINUTES", default=30)),
+    "REFRESH_TOKEN_LIFETIME": timedelta(days=env.int("PAW_JWT_REFRESH_DAYS", default=14)),
+    "ROTATE_REFRESH_TOKENS": True,
+    "BLACKLIST_AFTER_ROTATION": True,
+    "UPDATE_LAST_LOGIN": True,
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "PAW API",
+    "DESCRIPTION": (
+        "PAW (Python Agent Web): conversations, files, runs, events and approvals. "
+        'Every error is `{"detail": "...", "code": "..."}`.'
+    ),
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}
+
+# --- Static files -----------------------------------------------------------------------
+
+STATIC_URL = "/static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = _path("PAW_STATIC_ROOT", VAR_DIR / "staticfiles")
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+# Serve straight from the app and static folders: no collectstatic step to forget.
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_AUTOREFRESH = DEBUG
+
+# --- Security ---------------------------------------------------------------------------
+
+SECURE_CONTENT_TYPE_NOSNIFF = True
+X_FRAME_OPTIONS = "DENY"
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SECURE = env.bool("PAW_SECURE_COOKIES", default=False)
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+if env.bool("PAW_BEHIND_HTTPS_PROXY", default=False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
+# --- Internationalisation ---------------------------------------------------------------
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+# --- Logging ----------------------------------------------------------------------------
+
+PAW_LOG_JSON = env.bool("PAW_LOG_JSON", default=False)
+PAW_LOG_LEVEL = env.str("PAW_LOG_LEVEL", default="INFO").upper()
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "filters": {"request_id": {"()": "paw_project.logging.RequestIdFilter"}},
+    "formatters": {
+        "text": {
+            "format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s",
+        },
+        "json": {
+            "()": "pythonjsonlogger.json.JsonFormatter",
+            "fmt": "%(asctime)s %(levelname)s %(name)s %(request_id)s %(message)s",
+            "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger"},
+        },
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "filters": ["request_id"],
+            "formatter": "json" if PAW_LOG_JSON else "text",
+        },
+    },
+    "root": {"handlers": ["console"], "level": PAW_LOG_LEVEL},
+    "loggers": {
+        # Per-request access lines come from daphne; keep Django's own quieter.
+        "django.request": {"level": "ERROR"},
+        "django.server": {"level": "WARNING"},
+        "daphne": {"level": "WARNING"},
+        "celery": {"level": "WARNING"},
+        "kombu": {"level": "WARNING"},
+        "httpx": {"level": "WARNING"},
+    },
+}
