@@ -58,7 +58,9 @@ class ConversationFile(models.Model):
     class Meta:
         ordering = ("created_at",)
         constraints = [
-            models.UniqueConstraint(fields=["conversation", "name"], name="file_name_unique_per_conv")
+            models.UniqueConstraint(
+                fields=["conversation", "name"], name="file_name_unique_per_conv"
+            )
         ]
 
     def __str__(self) -> str:
@@ -85,7 +87,9 @@ class Run(models.Model):
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="runs")
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="runs")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="runs"
+    )
     prompt = models.TextField()
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
     answer = models.TextField(blank=True, default="")
@@ -133,7 +137,9 @@ class RunEvent(models.Model):
 
     id = models.BigAutoField(primary_key=True)
     conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="events")
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events", null=True, blank=True)
+    run = models.ForeignKey(
+        Run, on_delete=models.CASCADE, related_name="events", null=True, blank=True
+    )
     cursor = models.BigIntegerField()
     type = models.CharField(max_length=32)
     kind = models.CharField(max_length=64, blank=True, default="")

@@ -54,7 +54,9 @@ class EmbeddedWorker:
             loglevel=settings.PAW_LOG_LEVEL,
             ready_callback=self._on_ready,
         )
-        self._thread = threading.Thread(target=self.worker.start, name="celery-embedded", daemon=True)
+        self._thread = threading.Thread(
+            target=self.worker.start, name="celery-embedded", daemon=True
+        )
         self._thread.start()
         if not self._ready.wait(timeout):
             raise RuntimeError(f"the embedded Celery worker did not start within {timeout:.0f} s")

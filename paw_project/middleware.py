@@ -32,7 +32,9 @@ class RequestIdMiddleware:
     sync_capable = True
     async_capable = True
 
-    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse | Awaitable[HttpResponse]]):
+    def __init__(
+        self, get_response: Callable[[HttpRequest], HttpResponse | Awaitable[HttpResponse]]
+    ):
         self.get_response = get_response
         self.is_async = iscoroutinefunction(get_response)
         if self.is_async:

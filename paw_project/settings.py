@@ -115,9 +115,7 @@ TEMPLATES = [
 # --- Database ---------------------------------------------------------------------------
 
 DATABASES = {
-    "default": env.db_url(
-        "PAW_DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'paw.sqlite3'}"
-    ),
+    "default": env.db_url("PAW_DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'paw.sqlite3'}"),
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # The file's folder must exist before the first connection (a fresh clone has no var/).
@@ -219,7 +217,9 @@ REST_FRAMEWORK = {
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
 }
 if DEBUG:
-    REST_FRAMEWORK["DEFAULT_RENDERER_CLASSES"].append("rest_framework.renderers.BrowsableAPIRenderer")
+    REST_FRAMEWORK["DEFAULT_RENDERER_CLASSES"].append(
+        "rest_framework.renderers.BrowsableAPIRenderer"
+    )
 
 SIMPLE_JWT = {
     "ACCESS_TOKEN_LIFETIME": timedelta(minutes=env.int("PAW_JWT_ACCESS_MINUTES", default=30)),
@@ -247,7 +247,12 @@ SPECTACULAR_SETTINGS = {
 
 STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = _path("PAW_STATIC_ROOT", VAR_DIR / "staticfiles")
+# Only for `collectstatic` deployments; by default whitenoise serves from the finders.
+STATIC_ROOT = (
+    _path("PAW_STATIC_ROOT", VAR_DIR / "staticfiles")
+    if env.str("PAW_STATIC_ROOT", default="")
+    else None
+)
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 from django.conf import settings
 
-from tests.support import PYTHON, child_process, output_of, test_database_url
+from tests.support import PYTHON, child_process, output_of, worker_database_url
 
 
 @pytest.fixture(scope="session")
@@ -22,11 +22,26 @@ def celery_worker(django_db_setup, django_db_blocker) -> Iterator[str]:
 
     node = settings.PAW_NODE_NAME
     with django_db_blocker.unblock():
-        database_url = test_database_url()
+        database_url = worker_database_url()
     command = [
-        PYTHON, "-m", "celery", "-A", "paw_project", "worker", "--pool", "threads",
-        "--concurrency", "8", "-n", f"paw@{node}", "-Q", ",".join(node_queues(node)),
-        "--loglevel", "INFO", "--without-mingle", "--without-gossip",
+        PYTHON,
+        "-m",
+        "celery",
+        "-A",
+        "paw_project",
+        "worker",
+        "--pool",
+        "threads",
+        "--concurrency",
+        "8",
+        "-n",
+        f"paw@{node}",
+        "-Q",
+        ",".join(node_queues(node)),
+        "--loglevel",
+        "INFO",
+        "--without-mingle",
+        "--without-gossip",
     ]
     with child_process(command, env={"PAW_DATABASE_URL": database_url}) as worker:
         deadline = time.monotonic() + 60

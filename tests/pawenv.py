@@ -46,8 +46,12 @@ def _check_postgres() -> str | None:
     try:
         # pytest-django creates the test database from the server's maintenance database.
         psycopg.connect(
-            host=parts.hostname, port=parts.port or 5432, user=parts.username or "postgres",
-            password=parts.password, dbname="postgres", connect_timeout=3,
+            host=parts.hostname,
+            port=parts.port or 5432,
+            user=parts.username or "postgres",
+            password=parts.password,
+            dbname="postgres",
+            connect_timeout=3,
         ).close()
     except psycopg.Error as exc:
         return (

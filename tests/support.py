@@ -27,7 +27,7 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def test_database_url() -> str:
+def worker_database_url() -> str:
     """The URL of the database pytest-django created (``test_`` + the configured name)."""
     from django.db import connection
 
@@ -40,8 +40,12 @@ def test_database_url() -> str:
 
 @contextlib.contextmanager
 def child_process(
-    command: list[str], *, env: dict[str, str] | None = None, cwd: Path = ROOT,
-    stop_signal: int = signal.SIGTERM, grace: float = 15.0,
+    command: list[str],
+    *,
+    env: dict[str, str] | None = None,
+    cwd: Path = ROOT,
+    stop_signal: int = signal.SIGTERM,
+    grace: float = 15.0,
 ) -> Iterator[subprocess.Popen]:
     """Run ``command`` in its own process group; on exit send ``stop_signal``, then SIGKILL
     the whole group after ``grace`` seconds. Its stdout and stderr go to a log file
@@ -51,8 +55,12 @@ def child_process(
         prefix="child-", suffix=".log", dir=os.environ.get("PAW_VAR_DIR"), delete=False
     )
     process = subprocess.Popen(
-        command, cwd=cwd, env={**os.environ, **(env or {})}, start_new_session=True,
-        stdout=log, stderr=subprocess.STDOUT,
+        command,
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        start_new_session=True,
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     process.log_path = Path(log.name)
     log.close()

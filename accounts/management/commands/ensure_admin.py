@@ -35,4 +35,6 @@ class Command(BaseCommand):
                 )
             )
         else:
-            self.stdout.write(f"Created the administrator '{username}' (password from PAW_ADMIN_PASSWORD).")
+            self.stdout.write(
+                f"Created the administrator '{username}' (password from PAW_ADMIN_PASSWORD)."
+            )

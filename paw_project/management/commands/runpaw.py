@@ -67,15 +67,43 @@ class Command(BaseCommand):
         python = sys.executable
         node = settings.PAW_NODE_NAME
         commands = {
-            "web": [python, "-m", "daphne", "-b", host, "-p", str(port), "paw_project.asgi:application"],
+            "web": [
+                python,
+                "-m",
+                "daphne",
+                "-b",
+                host,
+                "-p",
+                str(port),
+                "paw_project.asgi:application",
+            ],
             "worker": [
-                python, "-m", "celery", "-A", "paw_project", "worker", "--pool", "threads",
-                "--concurrency", str(settings.PAW_WORKER_CONCURRENCY), "-n", f"paw@{node}",
-                "-Q", ",".join(node_queues(node)), "--loglevel", settings.PAW_LOG_LEVEL,
+                python,
+                "-m",
+                "celery",
+                "-A",
+                "paw_project",
+                "worker",
+                "--pool",
+                "threads",
+                "--concurrency",
+                str(settings.PAW_WORKER_CONCURRENCY),
+                "-n",
+                f"paw@{node}",
+                "-Q",
+                ",".join(node_queues(node)),
+                "--loglevel",
+                settings.PAW_LOG_LEVEL,
             ],
             "beat": [
-                python, "-m", "celery", "-A", "paw_project", "beat",
-                "--loglevel", settings.PAW_LOG_LEVEL,
+                python,
+                "-m",
+                "celery",
+                "-A",
+                "paw_project",
+                "beat",
+                "--loglevel",
+                settings.PAW_LOG_LEVEL,
             ],
         }
         children: dict[str, subprocess.Popen] = {}
@@ -92,9 +120,15 @@ class Command(BaseCommand):
                 # Own sessions: a terminal's Ctrl-C reaches only us, and we stop each in turn.
                 children[name] = subprocess.Popen(command, start_new_session=True)
             while not stopping:
-                exited = {name: child.poll() for name, child in children.items() if child.poll() is not None}
+                exited = {
+                    name: child.poll()
+                    for name, child in children.items()
+                    if child.poll() is not None
+                }
                 if exited:
-                    self.stderr.write(f"PAW: {', '.join(exited)} exited ({exited}); stopping the rest.")
+                    self.stderr.write(
+                        f"PAW: {', '.join(exited)} exited ({exited}); stopping the rest."
+                    )
                     break
                 time.sleep(0.5)
         finally:
