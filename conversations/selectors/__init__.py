@@ -1,0 +1,1 @@
+"""Reads for conversations, split by concern like ``conversations.services``."""
