@@ -32,6 +32,8 @@ class Conversation(models.Model):
     llm_provider = models.CharField(max_length=64, blank=True, default="")
     llm_model = models.CharField(max_length=200, blank=True, default="")
     event_cursor = models.BigIntegerField(default=0, editable=False)
+    # Runs before this moment are not replayed into a new sandbox's memory ("forget").
+    memory_since = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     updated_at = models.DateTimeField(auto_now=True)
     last_activity_at = models.DateTimeField(default=timezone.now, db_index=True)
