@@ -1,0 +1,382 @@
+"""An OpenAI-compatible HTTP server that answers from a script (see ``script.py``).
+
+Endpoints (the subset of the OpenAI REST API that agent runtimes use, plus two for tests):
+
+- ``POST /v1/chat/completions``: streamed (server-sent events, ``stream_options.include_usage``
+  adds the final usage chunk) or not; text and tool calls shaped like OpenAI's
+  (https://platform.openai.com/docs/api-reference/chat/streaming).
+- ``GET /v1/models`` and ``GET /v1/models/<id>``.
+- ``GET /_log``: the requests received so far as JSON; ``DELETE /_log`` clears it.
+- ``POST /_script``: replace the script (JSON body) and restart its order.
+
+Streams use chunked transfer encoding over HTTP/1.1 keep-alive, with TCP_NODELAY, so the
+time a client spends is the client's, not Nagle's.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from paw_project.scripted_model.script import (
+    Choice,
+    Script,
+    ScriptError,
+    latest_tool_result,
+    latest_user_message,
+)
+
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    429: "rate_limit_error",
+}
+
+
+def _split(text: str, size: int) -> list[str]:
+    """``text`` in pieces of ``size`` characters (at least one piece, maybe empty)."""
+    return [text[i:i + size] for i in range(0, len(text), size)] or [""]
+
+
+def _estimate_tokens(text: str) -> int:
+    """About 4 characters per token, at least 1: the usual rule of thumb for English."""
+    return max(1, len(text) // 4)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def setup(self) -> None:
+        super().setup()
+        # Small SSE writes must leave at once; Nagle plus delayed ACK would add ~40 ms.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: the request log is ``/_log``, not stderr."""
+
+    # -- plumbing ------------------------------------------------------------------------
+
+    def _send_json(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
+        body = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _send_error(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+        self._send_json(
+            status,
+            {"error": {"message": message, "type": ERROR_TYPES.get(status, "server_error"),
+                       "param": None, "code": None}},
+            headers,
+        )
+
+    def _read_body(self) -> bytes:
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    # -- routes --------------------------------------------------------------------------
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0].rstrip("/")
+        model = self.server.model
+        if path == "/_log":
+            self._send_json(200, model.log)
+        elif path == "/v1/models":
+            created = int(model.started)
+            self._send_json(200, {"object": "list", "data": [
+                {"id": name, "object": "model", "created": created, "owned_by": "paw-scripted"}
+                for name in model.script.models
+            ]})
+        elif path.startswith("/v1/models/"):
+            name = path[len("/v1/models/"):]
+            if name in model.script.models:
+                self._send_json(200, {"id": name, "object": "model",
+                                      "created": int(model.started), "owned_by": "paw-scripted"})
+            else:
+                self._send_error(404, f"The model '{name}' does not exist")
+        else:
+            self._send_error(404, f"no route {path}")
+
+    def do_DELETE(self) -> None:
+        if self.path.rstrip("/") == "/_log":
+            self.server.model.clear_log()
+            self._send_json(200, {"cleared": True})
+        else:
+            self._send_error(404, f"no route {self.path}")
+
+    def do_POST(self) -> None:
+        path = self.path.split("?", 1)[0].rstrip("/")
+        raw = self._read_body()
+        if path == "/_script":
+            try:
+                self.server.model.load(Script.parse(raw))
+            except ScriptError as exc:
+                self._send_error(400, str(exc))
+                return
+            self._send_json(200, {"loaded": True})
+            return
+        if path != "/v1/chat/completions":
+            self._send_error(404, f"no route {path}")
+            return
+        try:
+            body = json.loads(raw)
+            if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+                raise ValueError("messages must be a list")
+        except ValueError as exc:
+            self._send_error(400, f"invalid request body: {exc}")
+            return
+        self._chat(body)
+
+    # -- chat completions ----------------------------------------------------------------
+
+    def _chat(self, body: dict[str, Any]) -> None:
+        model = self.server.model
+        script = model.script
+        received = time.monotonic()
+        entry: dict[str, Any] = {
+            "method": "POST", "path": "/v1/chat/completions", "received": time.time(),
+            "stream": bool(body.get("stream")), "body": body,
+            "authorization": self.headers.get("Authorization"),
+        }
+        token = (self.headers.get("Authorization") or "").removeprefix("Bearer ").strip()
+        if script.api_key is not None and token != script.api_key:
+            choice = Choice({"error": 401, "message": "Incorrect API key provided."}, "api_key")
+        else:
+            choice = script.choose(body)
+        step = choice.step
+        entry["source"] = choice.source
+        try:
+            if step.get("delay"):
+                time.sleep(float(step["delay"]))
+            if step.get("error"):
+                status = int(step["error"])
+                headers = {}
+                if "retry_after" in step:
+                    headers["Retry-After"] = str(step["retry_after"])
+                entry["status"] = status
+                self._send_error(status, step.get("message") or f"scripted error {status}", headers)
+            elif body.get("stream"):
+                entry["status"] = 200
+                self._stream(body, step, entry)
+            else:
+                entry["status"] = 200
+                self._complete(body, step, entry)
+        except (BrokenPipeError, ConnectionResetError):
+            entry["client_gone"] = True
+            self.close_connection = True
+        finally:
+            entry["duration"] = time.monotonic() - received
+            model.record(entry)
+
+    def _answer(self, body: dict[str, Any], step: dict[str, Any]) -> tuple[str, list[dict]]:
+        """The text and the tool calls ``[{"id", "name", "arguments": str}]`` of a step."""
+        messages = body.get("messages") or []
+        text = step.get("text") or ""
+        if "{{" in text:
+            prompt, _ = latest_user_message(messages)
+            text = text.replace("{{prompt}}", prompt or "").replace(
+                "{{tool_result}}", latest_tool_result(messages))
+        calls = []
+        for call in step.get("tool_calls") or []:
+            arguments = call.get("arguments", {})
+            if not isinstance(arguments, str):
+                arguments = json.dumps(arguments)
+            calls.append({"id": call.get("id") or f"call_{uuid.uuid4().hex[:20]}",
+                          "name": call["name"], "arguments": arguments})
+        return text, calls
+
+    def _usage(self, body: dict[str, Any], step: dict[str, Any], text: str,
+               calls: list[dict]) -> dict[str, int] | None:
+        if step.get("usage") is False:
+            return None
+        given = step.get("usage") if isinstance(step.get("usage"), dict) else {}
+        prompt = given.get("prompt_tokens", _estimate_tokens(
+            json.dumps(body.get("messages")) + json.dumps(body.get("tools") or [])))
+        completion = given.get("completion_tokens", _estimate_tokens(
+            text + "".join(c["name"] + c["arguments"] for c in calls)))
+        return {"prompt_tokens": prompt, "completion_tokens": completion,
+                "total_tokens": prompt + completion}
+
+    def _complete(self, body: dict[str, Any], step: dict[str, Any], entry: dict) -> None:
+        text, calls = self._answer(body, step)
+        if "drop_after" in step:
+            entry["dropped"] = True
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
+        message: dict[str, Any] = {"role": "assistant", "content": text or None}
+        if calls:
+            message["tool_calls"] = [
+                {"id": c["id"], "type": "function",
+                 "function": {"name": c["name"], "arguments": c["arguments"]}}
+                for c in calls
+            ]
+        payload: dict[str, Any] = {
+            "id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "object": "chat.completion",
+            "created": int(time.time()), "model": self.server.model.script.model,
+            "choices": [{"index": 0, "message": message, "logprobs": None,
+                         "finish_reason": step.get("finish_reason")
+                         or ("tool_calls" if calls else "stop")}],
+        }
+        usage = self._usage(body, step, text, calls)
+        if usage is not None:
+            payload["usage"] = usage
+        self._send_json(200, payload)
+
+    def _stream(self, body: dict[str, Any], step: dict[str, Any], entry: dict) -> None:
+        text, calls = self._answer(body, step)
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        base = {"id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "object": "chat.completion.chunk",
+                "created": int(time.time()), "model": self.server.model.script.model}
+        chunk_delay = float(step.get("chunk_delay") or 0)
+
+        def event(delta: dict[str, Any], finish: str | None = None) -> bytes:
+            chunk = {**base, "choices": [{"index": 0, "delta": delta, "logprobs": None,
+                                          "finish_reason": finish}]}
+            if include_usage:
+                chunk["usage"] = None
+            return f"data: {json.dumps(chunk)}\n\n".encode()
+
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        events = [event({"role": "assistant", "content": ""})]
+        pieces = _split(text, step.get("chunk", 16)) if text else []
+        drop_after = step.get("drop_after")
+        for n, piece in enumerate(pieces):
+            if drop_after is not None and n >= drop_after:
+                break
+            events.append(event({"content": piece}))
+        if drop_after is None or drop_after >= len(pieces):
+            for index, call in enumerate(calls):
+                events.append(event({"tool_calls": [{
+                    "index": index, "id": call["id"], "type": "function",
+                    "function": {"name": call["name"], "arguments": ""}}]}))
+                for piece in _split(call["arguments"], step.get("arg_chunk", 24)):
+                    events.append(event({"tool_calls": [{
+                        "index": index, "function": {"arguments": piece}}]}))
+        for n, data in enumerate(events):
+            if n and chunk_delay:
+                time.sleep(chunk_delay)
+            self._chunk(data)
+        if drop_after is not None:
+            # Cut the connection in the middle of the body: no terminating chunk, no [DONE].
+            entry["dropped"] = True
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
+        tail = [event({}, step.get("finish_reason") or ("tool_calls" if calls else "stop"))]
+        usage = self._usage(body, step, text, calls)
+        if include_usage and usage is not None:
+            tail.append(f"data: {json.dumps({**base, 'choices': [], 'usage': usage})}\n\n".encode())
+        tail.append(b"data: [DONE]\n\n")
+        self._chunk(b"".join(tail))
+        self.wfile.write(b"0\r\n\r\n")
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(f"{len(data):X}\r\n".encode() + data + b"\r\n")
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+    model: ScriptedModel
+
+
+class ScriptedModel:
+    """A scripted OpenAI-compatible model server on a background thread.
+
+    ``script`` is anything :meth:`Script.parse` takes (dict, list, JSON text) or a
+    :class:`Script`. Use it as a context manager::
+
+        with ScriptedModel({"responses": ["Hello!"]}) as model:
+            client = OpenAI(base_url=model.base_url, api_key="x")
+
+    ``port=0`` picks a free port. ``log`` holds one entry per chat request:
+    ``{"body", "source", "status", "stream", "received" (epoch s), "duration" (s spent
+    answering, delays included), "authorization", ...}``.
+    """
+
+    def __init__(self, script: Any = None, *, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.script = Script.parse(script if script is not None else [])
+        self.host = host
+        self.port = port
+        self.started = time.time()
+        self._log: list[dict[str, Any]] = []
+        self._log_lock = threading.Lock()
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def base_url(self) -> str:
+        """``http://HOST:PORT/v1``, what ``OPENAI_BASE_URL`` should be."""
+        return f"http://{self.host}:{self.port}/v1"
+
+    @property
+    def log(self) -> list[dict[str, Any]]:
+        """A copy of the request log, oldest first."""
+        with self._log_lock:
+            return list(self._log)
+
+    @property
+    def requests(self) -> list[dict[str, Any]]:
+        """The JSON bodies of the chat requests received, oldest first."""
+        return [entry["body"] for entry in self.log]
+
+    def record(self, entry: dict[str, Any]) -> None:
+        """Append one entry to the request log (numbered from 1)."""
+        with self._log_lock:
+            entry["n"] = len(self._log) + 1
+            self._log.append(entry)
+
+    def clear_log(self) -> None:
+        """Forget the requests received so far."""
+        with self._log_lock:
+            self._log.clear()
+
+    def load(self, script: Any) -> None:
+        """Replace the script; its order starts again from the first response."""
+        self.script = Script.parse(script)
+
+    def start(self) -> ScriptedModel:
+        """Bind and serve on a daemon thread; returns self. Raises ``OSError`` if the port
+        is taken."""
+        self._server = _Server((self.host, self.port), _Handler)
+        self._server.model = self
+        self.port = self._server.server_address[1]
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
+            name=f"scripted-model-{self.port}", daemon=True,
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and close the listening socket (idempotent)."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def __enter__(self) -> ScriptedModel:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
