@@ -29,6 +29,25 @@ def _send_request_id(headers: dict[str, Any] | None = None, **_: Any) -> None:
         headers.setdefault(_REQUEST_ID_HEADER, request_id_var.get())
 
 
+@signals.worker_init.connect
+def _node_start(**_: Any) -> None:
+    """Every worker process (standalone or embedded) is a sandbox node."""
+    import django
+
+    django.setup()
+    from sandboxes.node import node_start
+
+    node_start()
+
+
+@signals.worker_shutdown.connect
+def _node_stop(**_: Any) -> None:
+    """A stopping worker shuts its sandboxes down: no runtime process outlives it."""
+    from sandboxes.node import node_stop
+
+    node_stop()
+
+
 @signals.task_prerun.connect
 def _receive_request_id(task: Any = None, **_: Any) -> None:
     from paw_project.logging import request_id_var

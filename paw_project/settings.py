@@ -190,13 +190,37 @@ CELERY_TASK_DEFAULT_QUEUE = "runs"
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_WORKER_SEND_TASK_EVENTS = False
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
-CELERY_BEAT_SCHEDULE: dict = {}
+CELERY_BEAT_SCHEDULE = {
+    "nodes-reap": {"task": "sandboxes.tasks.nodes_reap", "schedule": 15.0},
+}
 # Threads of a worker node (each handles one short task at a time).
 PAW_WORKER_CONCURRENCY = env.int("PAW_WORKER_CONCURRENCY", default=8)
 
-# --- Workspaces -------------------------------------------------------------------------
+# --- Workspaces and sandboxes -----------------------------------------------------------
 
 PAW_WORKSPACE_ROOT = _path("PAW_WORKSPACE_ROOT", VAR_DIR / "workspaces")
+# The agent runtime each sandbox runs (`python-agent-harness serve` works unchanged).
+PAW_HARNESS_CMD = env.str("PAW_HARNESS_CMD", default="paw-agent serve")
+# bwrap | none; empty = bwrap when bubblewrap is installed.
+PAW_SANDBOX_ISOLATION = env.str("PAW_SANDBOX_ISOLATION", default="")
+PAW_SANDBOX_READY_TIMEOUT = env.float("PAW_SANDBOX_READY_TIMEOUT", default=20.0)
+PAW_SANDBOX_TTL_SECONDS = env.int("PAW_SANDBOX_TTL_SECONDS", default=300)
+PAW_MAX_SANDBOXES_PER_NODE = env.int("PAW_MAX_SANDBOXES_PER_NODE", default=50)
+PAW_SANDBOX_CPU_SECONDS = env.int("PAW_SANDBOX_CPU_SECONDS", default=3600)
+PAW_SANDBOX_MEMORY_MB = env.int("PAW_SANDBOX_MEMORY_MB", default=4096)
+PAW_SANDBOX_FILE_MB = env.int("PAW_SANDBOX_FILE_MB", default=1024)
+PAW_SANDBOX_PROCESSES = env.int("PAW_SANDBOX_PROCESSES", default=256)
+PAW_RUN_MAX_ROUNDS = env.int("PAW_RUN_MAX_ROUNDS", default=10)
+PAW_RUN_CANCEL_GRACE_SECONDS = env.float("PAW_RUN_CANCEL_GRACE_SECONDS", default=10.0)
+PAW_APPROVAL_TIMEOUT_SECONDS = env.int("PAW_APPROVAL_TIMEOUT_SECONDS", default=120)
+PAW_HISTORY_TURNS = env.int("PAW_HISTORY_TURNS", default=12)
+PAW_NODE_HEARTBEAT_SECONDS = env.float("PAW_NODE_HEARTBEAT_SECONDS", default=5.0)
+PAW_NODE_DEAD_SECONDS = env.int("PAW_NODE_DEAD_SECONDS", default=60)
+
+# The server-wide default model provider (any OpenAI-compatible endpoint).
+PAW_LLM_BASE_URL = env.str("PAW_LLM_BASE_URL", default="")
+PAW_LLM_API_KEY = env.str("PAW_LLM_API_KEY", default="")
+PAW_LLM_MODEL = env.str("PAW_LLM_MODEL", default="")
 
 # --- REST framework, JWT, OpenAPI -------------------------------------------------------
 

@@ -1,51 +1,118 @@
-"""Shared fixtures: a real Celery worker node on the test Redis and database."""
+"""Shared fixtures: the project's scripted model server and a real Celery worker node.
+
+The worker is a real ``celery worker`` process (threads pool) on the test Redis and the
+test database, with the scripted model as its default provider. It is started once and
+restarted only when a test asks for another runtime command (``worker.use(...)``), so
+tests that need the same runtime share it. Tests using it need
+``django_db(transaction=True)`` so what they write is committed and visible to it.
+"""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from contextlib import ExitStack
 
 import pytest
 from django.conf import settings
 
+from paw_project.scripted_model import ScriptedModel
 from tests.support import PYTHON, child_process, output_of, worker_database_url
+
+PAW_AGENT = "paw-agent serve"
+HARNESS = "python-agent-harness serve"
+SCRIPTED_API_KEY = "sk-scripted-test-key"
 
 
 @pytest.fixture(scope="session")
-def celery_worker(django_db_setup, django_db_blocker) -> Iterator[str]:
-    """A real ``celery worker`` process (threads pool) for this session's node name,
-    consuming ``runs`` and ``sandbox.<node>`` on the test Redis, writing to the test
-    database. Yields the node name. Tests using it need ``django_db(transaction=True)``
-    so what they write is committed and visible to the worker."""
-    from paw_project.celery import app
-    from paw_project.embedded import node_queues
+def scripted_model() -> Iterator[ScriptedModel]:
+    """The scripted OpenAI-compatible model (one server for the session; each test loads
+    its own script with ``scripted_model.load(...)``)."""
+    with ScriptedModel({"responses": [], "api_key": SCRIPTED_API_KEY}) as model:
+        yield model
 
-    node = settings.PAW_NODE_NAME
-    with django_db_blocker.unblock():
-        database_url = worker_database_url()
-    command = [
-        PYTHON,
-        "-m",
-        "celery",
-        "-A",
-        "paw_project",
-        "worker",
-        "--pool",
-        "threads",
-        "--concurrency",
-        "8",
-        "-n",
-        f"paw@{node}",
-        "-Q",
-        ",".join(node_queues(node)),
-        "--loglevel",
-        "INFO",
-        "--without-mingle",
-        "--without-gossip",
-    ]
-    with child_process(command, env={"PAW_DATABASE_URL": database_url}) as worker:
+
+class WorkerNode:
+    """A real Celery worker process; ``use(command, **env)`` (re)starts it as needed."""
+
+    def __init__(self, database_url: str, model: ScriptedModel) -> None:
+        self.database_url = database_url
+        self.model = model
+        self.name = settings.PAW_NODE_NAME
+        self.config: tuple | None = None
+        self.process = None
+        self._stack = ExitStack()
+
+    def use(self, command: str = PAW_AGENT, **env: str) -> WorkerNode:
+        config = (command, tuple(sorted(env.items())))
+        if config != self.config or self.process is None or self.process.poll() is not None:
+            self.stop()
+            self._start(command, env)
+            self.config = config
+        return self
+
+    def _start(self, command: str, extra_env: dict[str, str]) -> None:
+        from paw_project.celery import app
+        from paw_project.embedded import node_queues
+
+        argv = [
+            PYTHON, "-m", "celery", "-A", "paw_project", "worker", "--pool", "threads",
+            "--concurrency", "8", "-n", f"paw@{self.name}", "-Q", ",".join(node_queues(self.name)),
+            "--loglevel", "INFO", "--without-mingle", "--without-gossip",
+        ]  # fmt: skip
+        env = {
+            "PAW_DATABASE_URL": self.database_url,
+            "PAW_HARNESS_CMD": command,
+            "PAW_LLM_BASE_URL": self.model.base_url,
+            "PAW_LLM_API_KEY": SCRIPTED_API_KEY,
+            "PAW_LLM_MODEL": "scripted-model",
+            **extra_env,
+        }
+        self._stack = ExitStack()
+        self.process = self._stack.enter_context(child_process(argv, env=env))
         deadline = time.monotonic() + 60
-        while not app.control.ping(destination=[f"paw@{node}"], timeout=0.5):
-            if worker.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the test Celery worker did not start:\n{output_of(worker)}")
+        while not app.control.ping(destination=[f"paw@{self.name}"], timeout=0.5):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"the test Celery worker did not start:\n{output_of(self.process)}"
+                )
+
+    def output(self) -> str:
+        return output_of(self.process) if self.process else ""
+
+    def stop(self) -> None:
+        self._stack.close()
+        self.process = None
+        self.config = None
+
+
+@pytest.fixture(scope="session")
+def worker_node(django_db_setup, django_db_blocker, scripted_model) -> Iterator[WorkerNode]:
+    from django.test import override_settings
+
+    with django_db_blocker.unblock():
+        node = WorkerNode(worker_database_url(), scripted_model)
+    # The web side (this process) validates runs against the same default provider.
+    with override_settings(
+        PAW_LLM_BASE_URL=scripted_model.base_url,
+        PAW_LLM_API_KEY=SCRIPTED_API_KEY,
+        PAW_LLM_MODEL="scripted-model",
+    ):
         yield node
+    node.stop()
+
+
+@pytest.fixture
+def celery_worker(worker_node: WorkerNode) -> WorkerNode:
+    """The worker node running ``paw-agent serve`` (the default runtime)."""
+    return worker_node.use()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """A failing test that used the worker shows the end of the worker's log."""
+    report = yield
+    node = getattr(item, "funcargs", {}).get("worker_node")
+    if report.failed and isinstance(node, WorkerNode) and node.process is not None:
+        report.sections.append(("celery worker log (last 6000 chars)", node.output()[-6000:]))
+    return report

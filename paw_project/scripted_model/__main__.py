@@ -20,8 +20,9 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m paw_project.scripted_model",
         description="A scripted OpenAI-compatible model server (tests, benchmarks, demo).",
     )
-    parser.add_argument("--script", required=True,
-                        help="a script file (JSON), or the name of a bundled one: demo")
+    parser.add_argument(
+        "--script", required=True, help="a script file (JSON), or the name of a bundled one: demo"
+    )
     parser.add_argument("--port", type=int, default=8765, help="0 picks a free port")
     parser.add_argument("--host", default="127.0.0.1")
     args = parser.parse_args(argv)

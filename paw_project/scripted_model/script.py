@@ -63,8 +63,19 @@ DEFAULT_MODEL = "scripted-model"
 DEFAULT_FALLBACK = {"text": "Done."}
 
 STEP_KEYS = {
-    "text", "chunk", "tool_calls", "arg_chunk", "delay", "chunk_delay", "error", "message",
-    "retry_after", "drop_after", "usage", "times", "finish_reason",
+    "text",
+    "chunk",
+    "tool_calls",
+    "arg_chunk",
+    "delay",
+    "chunk_delay",
+    "error",
+    "message",
+    "retry_after",
+    "drop_after",
+    "usage",
+    "times",
+    "finish_reason",
 }
 
 
@@ -151,7 +162,13 @@ class Script:
         if not isinstance(raw, dict):
             raise ScriptError("a script is an object or a list of steps")
         unknown = set(raw) - {
-            "model", "models", "api_key", "responses", "rules", "untooled", "fallback",
+            "model",
+            "models",
+            "api_key",
+            "responses",
+            "rules",
+            "untooled",
+            "fallback",
             "description",
         }
         if unknown:
@@ -165,19 +182,23 @@ class Script:
                 pattern = re.compile(rule["match"], 0 if rule.get("case") else re.IGNORECASE)
             except re.error as exc:
                 raise ScriptError(f"rules[{n}]: bad regex: {exc}") from exc
-            steps = [_step(s, f"rules[{n}].responses[{i}]")
-                     for i, s in enumerate(rule.get("responses") or [])]
+            steps = [
+                _step(s, f"rules[{n}].responses[{i}]")
+                for i, s in enumerate(rule.get("responses") or [])
+            ]
             rules.append(Rule(pattern=pattern, steps=steps, when_tool=rule.get("when_tool")))
         return cls(
             model=model,
             models=list(raw.get("models") or [model]),
             api_key=raw.get("api_key"),
-            responses=[_step(s, f"responses[{i}]")
-                       for i, s in enumerate(raw.get("responses") or [])],
+            responses=[
+                _step(s, f"responses[{i}]") for i, s in enumerate(raw.get("responses") or [])
+            ],
             rules=rules,
             untooled=_step(raw["untooled"], "untooled") if raw.get("untooled") else None,
-            fallback=_step(raw["fallback"], "fallback") if raw.get("fallback") else
-            dict(DEFAULT_FALLBACK),
+            fallback=_step(raw["fallback"], "fallback")
+            if raw.get("fallback")
+            else dict(DEFAULT_FALLBACK),
         )
 
     @classmethod
@@ -198,7 +219,7 @@ class Script:
     def remaining(self) -> int:
         """How many requests the ordered ``responses`` still answer."""
         with self._lock:
-            left = sum(s.get("times", 1) for s in self.responses[self._cursor:])
+            left = sum(s.get("times", 1) for s in self.responses[self._cursor :])
             return left - self._used
 
     def choose(self, body: dict[str, Any]) -> Choice:

@@ -42,7 +42,7 @@ ERROR_TYPES = {
 
 def _split(text: str, size: int) -> list[str]:
     """``text`` in pieces of ``size`` characters (at least one piece, maybe empty)."""
-    return [text[i:i + size] for i in range(0, len(text), size)] or [""]
+    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
 
 
 def _estimate_tokens(text: str) -> int:
@@ -77,8 +77,14 @@ class _Handler(BaseHTTPRequestHandler):
     def _send_error(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
         self._send_json(
             status,
-            {"error": {"message": message, "type": ERROR_TYPES.get(status, "server_error"),
-                       "param": None, "code": None}},
+            {
+                "error": {
+                    "message": message,
+                    "type": ERROR_TYPES.get(status, "server_error"),
+                    "param": None,
+                    "code": None,
+                }
+            },
             headers,
         )
 
@@ -95,15 +101,33 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(200, model.log)
         elif path == "/v1/models":
             created = int(model.started)
-            self._send_json(200, {"object": "list", "data": [
-                {"id": name, "object": "model", "created": created, "owned_by": "paw-scripted"}
-                for name in model.script.models
-            ]})
+            self._send_json(
+                200,
+                {
+                    "object": "list",
+                    "data": [
+                        {
+                            "id": name,
+                            "object": "model",
+                            "created": created,
+                            "owned_by": "paw-scripted",
+                        }
+                        for name in model.script.models
+                    ],
+                },
+            )
         elif path.startswith("/v1/models/"):
-            name = path[len("/v1/models/"):]
+            name = path[len("/v1/models/") :]
             if name in model.script.models:
-                self._send_json(200, {"id": name, "object": "model",
-                                      "created": int(model.started), "owned_by": "paw-scripted"})
+                self._send_json(
+                    200,
+                    {
+                        "id": name,
+                        "object": "model",
+                        "created": int(model.started),
+                        "owned_by": "paw-scripted",
+                    },
+                )
             else:
                 self._send_error(404, f"The model '{name}' does not exist")
         else:
@@ -146,8 +170,11 @@ class _Handler(BaseHTTPRequestHandler):
         script = model.script
         received = time.monotonic()
         entry: dict[str, Any] = {
-            "method": "POST", "path": "/v1/chat/completions", "received": time.time(),
-            "stream": bool(body.get("stream")), "body": body,
+            "method": "POST",
+            "path": "/v1/chat/completions",
+            "received": time.time(),
+            "stream": bool(body.get("stream")),
+            "body": body,
             "authorization": self.headers.get("Authorization"),
         }
         token = (self.headers.get("Authorization") or "").removeprefix("Bearer ").strip()
@@ -187,27 +214,43 @@ class _Handler(BaseHTTPRequestHandler):
         if "{{" in text:
             prompt, _ = latest_user_message(messages)
             text = text.replace("{{prompt}}", prompt or "").replace(
-                "{{tool_result}}", latest_tool_result(messages))
+                "{{tool_result}}", latest_tool_result(messages)
+            )
         calls = []
         for call in step.get("tool_calls") or []:
             arguments = call.get("arguments", {})
             if not isinstance(arguments, str):
                 arguments = json.dumps(arguments)
-            calls.append({"id": call.get("id") or f"call_{uuid.uuid4().hex[:20]}",
-                          "name": call["name"], "arguments": arguments})
+            calls.append(
+                {
+                    "id": call.get("id") or f"call_{uuid.uuid4().hex[:20]}",
+                    "name": call["name"],
+                    "arguments": arguments,
+                }
+            )
         return text, calls
 
-    def _usage(self, body: dict[str, Any], step: dict[str, Any], text: str,
-               calls: list[dict]) -> dict[str, int] | None:
+    def _usage(
+        self, body: dict[str, Any], step: dict[str, Any], text: str, calls: list[dict]
+    ) -> dict[str, int] | None:
         if step.get("usage") is False:
             return None
         given = step.get("usage") if isinstance(step.get("usage"), dict) else {}
-        prompt = given.get("prompt_tokens", _estimate_tokens(
-            json.dumps(body.get("messages")) + json.dumps(body.get("tools") or [])))
-        completion = given.get("completion_tokens", _estimate_tokens(
-            text + "".join(c["name"] + c["arguments"] for c in calls)))
-        return {"prompt_tokens": prompt, "completion_tokens": completion,
-                "total_tokens": prompt + completion}
+        prompt = given.get(
+            "prompt_tokens",
+            _estimate_tokens(
+                json.dumps(body.get("messages")) + json.dumps(body.get("tools") or [])
+            ),
+        )
+        completion = given.get(
+            "completion_tokens",
+            _estimate_tokens(text + "".join(c["name"] + c["arguments"] for c in calls)),
+        )
+        return {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        }
 
     def _complete(self, body: dict[str, Any], step: dict[str, Any], entry: dict) -> None:
         text, calls = self._answer(body, step)
@@ -219,16 +262,27 @@ class _Handler(BaseHTTPRequestHandler):
         message: dict[str, Any] = {"role": "assistant", "content": text or None}
         if calls:
             message["tool_calls"] = [
-                {"id": c["id"], "type": "function",
-                 "function": {"name": c["name"], "arguments": c["arguments"]}}
+                {
+                    "id": c["id"],
+                    "type": "function",
+                    "function": {"name": c["name"], "arguments": c["arguments"]},
+                }
                 for c in calls
             ]
         payload: dict[str, Any] = {
-            "id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "object": "chat.completion",
-            "created": int(time.time()), "model": self.server.model.script.model,
-            "choices": [{"index": 0, "message": message, "logprobs": None,
-                         "finish_reason": step.get("finish_reason")
-                         or ("tool_calls" if calls else "stop")}],
+            "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": self.server.model.script.model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "logprobs": None,
+                    "finish_reason": step.get("finish_reason")
+                    or ("tool_calls" if calls else "stop"),
+                }
+            ],
         }
         usage = self._usage(body, step, text, calls)
         if usage is not None:
@@ -238,13 +292,21 @@ class _Handler(BaseHTTPRequestHandler):
     def _stream(self, body: dict[str, Any], step: dict[str, Any], entry: dict) -> None:
         text, calls = self._answer(body, step)
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        base = {"id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "object": "chat.completion.chunk",
-                "created": int(time.time()), "model": self.server.model.script.model}
+        base = {
+            "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": self.server.model.script.model,
+        }
         chunk_delay = float(step.get("chunk_delay") or 0)
 
         def event(delta: dict[str, Any], finish: str | None = None) -> bytes:
-            chunk = {**base, "choices": [{"index": 0, "delta": delta, "logprobs": None,
-                                          "finish_reason": finish}]}
+            chunk = {
+                **base,
+                "choices": [
+                    {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+                ],
+            }
             if include_usage:
                 chunk["usage"] = None
             return f"data: {json.dumps(chunk)}\n\n".encode()
@@ -263,12 +325,24 @@ class _Handler(BaseHTTPRequestHandler):
             events.append(event({"content": piece}))
         if drop_after is None or drop_after >= len(pieces):
             for index, call in enumerate(calls):
-                events.append(event({"tool_calls": [{
-                    "index": index, "id": call["id"], "type": "function",
-                    "function": {"name": call["name"], "arguments": ""}}]}))
+                events.append(
+                    event(
+                        {
+                            "tool_calls": [
+                                {
+                                    "index": index,
+                                    "id": call["id"],
+                                    "type": "function",
+                                    "function": {"name": call["name"], "arguments": ""},
+                                }
+                            ]
+                        }
+                    )
+                )
                 for piece in _split(call["arguments"], step.get("arg_chunk", 24)):
-                    events.append(event({"tool_calls": [{
-                        "index": index, "function": {"arguments": piece}}]}))
+                    events.append(
+                        event({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+                    )
         for n, data in enumerate(events):
             if n and chunk_delay:
                 time.sleep(chunk_delay)
@@ -359,8 +433,10 @@ class ScriptedModel:
         self._server.model = self
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-            name=f"scripted-model-{self.port}", daemon=True,
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name=f"scripted-model-{self.port}",
+            daemon=True,
         )
         self._thread.start()
         return self

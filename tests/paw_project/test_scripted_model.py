@@ -32,11 +32,18 @@ def user(text: str) -> dict:
 
 def stream_chat(model: ScriptedModel, messages: list[dict], **kwargs) -> tuple[list, list]:
     """(text pieces, all chunks) of a streamed completion with the usage chunk requested."""
-    chunks = list(client(model).chat.completions.create(
-        model="scripted-model", messages=messages, stream=True,
-        stream_options={"include_usage": True}, **kwargs))
-    pieces = [c.choices[0].delta.content for c in chunks
-              if c.choices and c.choices[0].delta.content]
+    chunks = list(
+        client(model).chat.completions.create(
+            model="scripted-model",
+            messages=messages,
+            stream=True,
+            stream_options={"include_usage": True},
+            **kwargs,
+        )
+    )
+    pieces = [
+        c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content
+    ]
     return pieces, chunks
 
 
@@ -64,17 +71,24 @@ def test_streamed_tool_call_arrives_in_argument_pieces_that_join_to_the_json():
 
 
 def test_non_streaming_answer_carries_tool_calls_and_usage():
-    step = {"text": "Let me look.", "tool_calls": [
-        {"name": "list_files", "arguments": {"path": "."}, "id": "call_1"},
-        {"name": "run_python", "arguments": '{"code": "1+1"}'},
-    ], "usage": {"prompt_tokens": 100, "completion_tokens": 7}}
+    step = {
+        "text": "Let me look.",
+        "tool_calls": [
+            {"name": "list_files", "arguments": {"path": "."}, "id": "call_1"},
+            {"name": "run_python", "arguments": '{"code": "1+1"}'},
+        ],
+        "usage": {"prompt_tokens": 100, "completion_tokens": 7},
+    }
     with ScriptedModel([step]) as model:
         response = client(model).chat.completions.create(
-            model="scripted-model", messages=[user("go")], tools=TOOLS)
+            model="scripted-model", messages=[user("go")], tools=TOOLS
+        )
     message = response.choices[0].message
     assert message.content == "Let me look."
-    assert (message.tool_calls[0].id, message.tool_calls[0].function.name) == \
-        ("call_1", "list_files")
+    assert (message.tool_calls[0].id, message.tool_calls[0].function.name) == (
+        "call_1",
+        "list_files",
+    )
     assert json.loads(message.tool_calls[1].function.arguments) == {"code": "1+1"}
     assert (response.usage.prompt_tokens, response.usage.completion_tokens) == (100, 7)
     assert response.choices[0].finish_reason == "tool_calls"
@@ -84,15 +98,21 @@ def test_usage_false_omits_usage_streamed_and_not():
     with ScriptedModel([{"text": "x", "usage": False}] * 2) as model:
         _, chunks = stream_chat(model, [user("a")])
         response = client(model).chat.completions.create(
-            model="scripted-model", messages=[user("b")])
+            model="scripted-model", messages=[user("b")]
+        )
     assert all(c.usage is None for c in chunks)
     assert response.usage is None
 
 
-@pytest.mark.parametrize(("status", "error"), [
-    (401, openai.AuthenticationError), (403, openai.PermissionDeniedError),
-    (429, openai.RateLimitError), (500, openai.InternalServerError),
-])
+@pytest.mark.parametrize(
+    ("status", "error"),
+    [
+        (401, openai.AuthenticationError),
+        (403, openai.PermissionDeniedError),
+        (429, openai.RateLimitError),
+        (500, openai.InternalServerError),
+    ],
+)
 def test_scripted_http_errors(status, error):
     with ScriptedModel([{"error": status, "retry_after": 2}, "after"]) as model:
         with pytest.raises(error) as raised:
@@ -110,8 +130,13 @@ def test_times_repeats_a_step():
         for _ in range(2):
             with pytest.raises(openai.InternalServerError):
                 client(model).chat.completions.create(model="m", messages=[user("a")])
-        assert client(model).chat.completions.create(
-            model="m", messages=[user("a")]).choices[0].message.content == "ok"
+        assert (
+            client(model)
+            .chat.completions.create(model="m", messages=[user("a")])
+            .choices[0]
+            .message.content
+            == "ok"
+        )
 
 
 def test_a_stream_dropped_midway_breaks_the_client_after_partial_text():
@@ -119,7 +144,8 @@ def test_a_stream_dropped_midway_breaks_the_client_after_partial_text():
         received = []
         with pytest.raises((httpx.HTTPError, openai.APIConnectionError)):
             for chunk in client(model).chat.completions.create(
-                    model="m", messages=[user("a")], stream=True):
+                model="m", messages=[user("a")], stream=True
+            ):
                 if chunk.choices and chunk.choices[0].delta.content:
                     received.append(chunk.choices[0].delta.content)
         assert received == ["01234", "56789"]
@@ -138,45 +164,73 @@ def test_delay_waits_before_answering():
 
 def test_rules_pick_steps_by_round_and_fall_back_past_their_end():
     script = {
-        "rules": [{"match": "average tip", "when_tool": "run_python", "responses": [
-            {"tool_calls": [{"name": "run_python", "arguments": {"code": "print(1)"}}]},
-            {"text": "Result: {{tool_result}} for {{prompt}}"},
-        ]}],
+        "rules": [
+            {
+                "match": "average tip",
+                "when_tool": "run_python",
+                "responses": [
+                    {"tool_calls": [{"name": "run_python", "arguments": {"code": "print(1)"}}]},
+                    {"text": "Result: {{tool_result}} for {{prompt}}"},
+                ],
+            }
+        ],
         "responses": ["ordered"],
         "fallback": "fallback text",
     }
-    call = {"id": "c1", "type": "function",
-            "function": {"name": "run_python", "arguments": "{}"}}
+    call = {"id": "c1", "type": "function", "function": {"name": "run_python", "arguments": "{}"}}
     turn = [user("What is the Average tip?")]
-    after_tool = [*turn, {"role": "assistant", "content": None, "tool_calls": [call]},
-                  {"role": "tool", "tool_call_id": "c1", "content": "3.1"}]
+    after_tool = [
+        *turn,
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "3.1"},
+    ]
     with ScriptedModel(script) as model:
         c = client(model)
         first = c.chat.completions.create(model="m", messages=turn, tools=TOOLS)
         assert first.choices[0].message.tool_calls[0].function.name == "run_python"
         second = c.chat.completions.create(model="m", messages=after_tool, tools=TOOLS)
-        assert second.choices[0].message.content == \
-            "Result: 3.1 for What is the Average tip?"
+        assert second.choices[0].message.content == "Result: 3.1 for What is the Average tip?"
         past_end = [*after_tool, {"role": "assistant", "content": "x"}]
-        assert c.chat.completions.create(model="m", messages=past_end, tools=TOOLS) \
-            .choices[0].message.content == "fallback text"
+        assert (
+            c.chat.completions.create(model="m", messages=past_end, tools=TOOLS)
+            .choices[0]
+            .message.content
+            == "fallback text"
+        )
         # Without the run_python tool the rule does not apply: the ordered list answers.
-        assert c.chat.completions.create(model="m", messages=turn) \
-            .choices[0].message.content == "ordered"
-        assert c.chat.completions.create(model="m", messages=[user("other")], tools=TOOLS) \
-            .choices[0].message.content == "fallback text"
+        assert (
+            c.chat.completions.create(model="m", messages=turn).choices[0].message.content
+            == "ordered"
+        )
+        assert (
+            c.chat.completions.create(model="m", messages=[user("other")], tools=TOOLS)
+            .choices[0]
+            .message.content
+            == "fallback text"
+        )
     assert [e["source"] for e in model.log] == [
-        "rules[0][0]", "rules[0][1]", "rules[0]:fallback", "responses[0]", "fallback"]
+        "rules[0][0]",
+        "rules[0][1]",
+        "rules[0]:fallback",
+        "responses[0]",
+        "fallback",
+    ]
 
 
 def test_untooled_requests_consume_nothing():
     script = {"responses": ["first", "second"], "untooled": "A title"}
     with ScriptedModel(script) as model:
         c = client(model)
-        assert c.chat.completions.create(model="m", messages=[user("a")]) \
-            .choices[0].message.content == "A title"
-        assert c.chat.completions.create(model="m", messages=[user("a")], tools=TOOLS) \
-            .choices[0].message.content == "first"
+        assert (
+            c.chat.completions.create(model="m", messages=[user("a")]).choices[0].message.content
+            == "A title"
+        )
+        assert (
+            c.chat.completions.create(model="m", messages=[user("a")], tools=TOOLS)
+            .choices[0]
+            .message.content
+            == "first"
+        )
         assert model.script.remaining == 1
 
 
@@ -184,8 +238,13 @@ def test_api_key_mismatch_gets_401():
     with ScriptedModel({"api_key": "sk-right", "responses": ["ok"]}) as model:
         with pytest.raises(openai.AuthenticationError):
             client(model, key="sk-wrong").chat.completions.create(model="m", messages=[user("a")])
-        assert client(model, key="sk-right").chat.completions.create(
-            model="m", messages=[user("a")]).choices[0].message.content == "ok"
+        assert (
+            client(model, key="sk-right")
+            .chat.completions.create(model="m", messages=[user("a")])
+            .choices[0]
+            .message.content
+            == "ok"
+        )
 
 
 def test_models_log_and_script_endpoints():
@@ -199,8 +258,10 @@ def test_models_log_and_script_endpoints():
         assert log[0]["body"]["messages"][-1]["content"] == "hello there"
         assert log[0]["authorization"] == "Bearer sk-test"
         request = urllib.request.Request(  # noqa: S310 - loopback
-            model.base_url.removesuffix("/v1") + "/_script", method="POST",
-            data=json.dumps(["replaced"]).encode())
+            model.base_url.removesuffix("/v1") + "/_script",
+            method="POST",
+            data=json.dumps(["replaced"]).encode(),
+        )
         with urllib.request.urlopen(request) as response:  # noqa: S310 - loopback
             assert response.status == 200
         assert "".join(stream_chat(model, [user("x")])[0]) == "replaced"
@@ -236,8 +297,14 @@ def test_demo_script_code_makes_the_spreadsheet_and_chart_from_tips_csv(tmp_path
     step = demo.choose({"messages": turn, "tools": TOOLS}).step
     code = step["tool_calls"][0]["arguments"]["code"]
     shutil.copy(ROOT / "sample_data" / "tips.csv", tmp_path / "tips.csv")
-    done = subprocess.run([PYTHON, "-c", code], cwd=tmp_path, capture_output=True, text=True,
-                          env={"MPLBACKEND": "Agg", "PATH": "/usr/bin:/bin"}, timeout=120)
+    done = subprocess.run(
+        [PYTHON, "-c", code],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={"MPLBACKEND": "Agg", "PATH": "/usr/bin:/bin"},
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert "| Sun | 3.26 | 76 |" in done.stdout
     sheet = openpyxl.load_workbook(tmp_path / "summary.xlsx")["Average tip by day"]

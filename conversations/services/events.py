@@ -1,0 +1,164 @@
+"""The event log of a conversation: cursors, storage and live fan-out.
+
+Every event is stored before it is sent, under a cursor taken from the conversation's
+counter while its row is locked: cursors therefore increase in commit order, and a client
+that joins the live group first and then reads the stored events after its last cursor
+misses nothing (the rule the websocket ``resume`` relies on).
+
+Live messages go to the channel-layer group ``conversation.<id>``:
+
+- ``{"type": "conversation.events", "events": [{"cursor", "run_id", "event"}, ...]}``:
+  stored events, in cursor order (a consumer sends each as a ``run.event``);
+- ``{"type": "conversation.message", "message": {...}}``: a message sent as is
+  (``run.status``, ``agent_confirm_request``, ``agent_confirm_resolved``, ``error``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from conversations.models import Conversation, Run, RunEvent
+from paw_project import broadcast
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EventDraft:
+    """An event to store: the run it belongs to (or ``None``), the line ``type``, the
+    notify ``kind`` and the ``payload`` sent to clients (already masked)."""
+
+    run_id: UUID | None
+    type: str
+    payload: dict[str, Any]
+    kind: str = ""
+
+
+def _cursor_block(conversation_id: UUID, count: int) -> int:
+    """Reserve ``count`` cursors; returns the last one. Locks the conversation row until
+    the surrounding transaction ends (that is what orders cursors by commit)."""
+    table = connection.ops.quote_name(Conversation._meta.db_table)
+    pk = Conversation._meta.pk.get_db_prep_value(conversation_id, connection)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} SET event_cursor = event_cursor + %s, last_activity_at = %s "  # noqa: S608
+            "WHERE id = %s RETURNING event_cursor",
+            [count, timezone.now(), pk],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        raise Conversation.DoesNotExist(f"conversation {conversation_id} does not exist")
+    return row[0]
+
+
+def events_append(*, conversation_id: UUID, drafts: Sequence[EventDraft]) -> list[RunEvent]:
+    """Store ``drafts`` as events of the conversation, in order, with new cursors.
+
+    Runs inside the caller's transaction (or its own). Returns the stored events.
+    Raises ``Conversation.DoesNotExist`` if the conversation is gone.
+    """
+    if not drafts:
+        return []
+    with transaction.atomic():
+        last = _cursor_block(conversation_id, len(drafts))
+        first = last - len(drafts) + 1
+        now = timezone.now()
+        events = [
+            RunEvent(
+                conversation_id=conversation_id,
+                run_id=draft.run_id,
+                cursor=first + index,
+                type=draft.type[:32],
+                kind=draft.kind[:64],
+                payload=draft.payload,
+                created_at=now,
+            )
+            for index, draft in enumerate(drafts)
+        ]
+        RunEvent.objects.bulk_create(events)
+    return events
+
+
+def event_message(event: RunEvent) -> dict[str, Any]:
+    """The client form of a stored event: ``{"cursor", "run_id", "event"}``."""
+    return {
+        "cursor": event.cursor,
+        "run_id": str(event.run_id) if event.run_id else None,
+        "event": event.payload,
+    }
+
+
+def events_publish(*, conversation_id: UUID, events: Sequence[RunEvent]) -> None:
+    """Send stored events to the conversation's live group (call after commit)."""
+    if events:
+        broadcast.group_send(
+            broadcast.conversation_group(conversation_id),
+            {"type": "conversation.events", "events": [event_message(e) for e in events]},
+        )
+
+
+def message_publish(*, conversation_id: UUID, message: dict[str, Any]) -> None:
+    """Send one message (``{"type": "run.status", ...}`` etc.) to the live group."""
+    broadcast.group_send(
+        broadcast.conversation_group(conversation_id),
+        {"type": "conversation.message", "message": message},
+    )
+
+
+def run_status_message(run: Run) -> dict[str, Any]:
+    """The ``run.status`` message for a run's current state."""
+    return {
+        "type": "run.status",
+        "run_id": str(run.id),
+        "status": run.status,
+        "errors": run.errors,
+        "model": run.model,
+        "provider": run.provider,
+        "usage": run.usage,
+        "created_at": run.created_at.isoformat(),
+        "started_at": run.started_at.isoformat() if run.started_at else None,
+        "finished_at": run.finished_at.isoformat() if run.finished_at else None,
+    }
+
+
+def run_status_publish(run: Run) -> None:
+    """Publish ``run.status`` for ``run`` once the current transaction commits."""
+    message = run_status_message(run)
+    conversation_id = run.conversation_id
+    transaction.on_commit(
+        lambda: _safe(message_publish, conversation_id=conversation_id, message=message)
+    )
+
+
+def notice_append(
+    *, conversation_id: UUID, run_id: UUID | None, code: str, message: str, level: str = "warning"
+) -> RunEvent:
+    """Store and (after commit) publish a PAW notice event, e.g. "the agent restarted".
+
+    Payload: ``{"type": "notice", "level", "code", "message"}``.
+    """
+    payload = {"type": "notice", "level": level, "code": code, "message": message}
+    with transaction.atomic():
+        (event,) = events_append(
+            conversation_id=conversation_id,
+            drafts=[EventDraft(run_id=run_id, type="notice", kind=code, payload=payload)],
+        )
+        transaction.on_commit(
+            lambda: _safe(events_publish, conversation_id=conversation_id, events=[event])
+        )
+    return event
+
+
+def _safe(func: Any, **kwargs: Any) -> None:
+    """Live fan-out is best effort: the event is stored, a client catches up on resume."""
+    try:
+        func(**kwargs)
+    except Exception:
+        logger.exception("live fan-out failed (the stored events remain)")

@@ -1,0 +1,65 @@
+"""Send channel-layer messages from synchronous code (services, tasks, sandbox threads).
+
+``asgiref.async_to_sync`` called from a plain thread starts a new event loop for every
+call, and channels-redis keeps its connections per loop, so each send would open a new
+Redis connection. Here every thread keeps one event loop of its own for its sends.
+
+In embedded mode the in-memory channel layer lives in the web server's event loop and is
+not thread-safe: there, ``runpaw`` registers that loop with :func:`set_home_loop` and
+sends from other threads are handed to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine
+from typing import Any
+
+from channels.layers import get_channel_layer
+
+# Seconds a send may take before the caller gives up on it.
+SEND_TIMEOUT = 10.0
+
+_local = threading.local()
+_home_loop: asyncio.AbstractEventLoop | None = None
+
+
+def set_home_loop(loop: asyncio.AbstractEventLoop | None) -> None:
+    """Route every send through ``loop`` (the in-memory layer's loop), or stop doing so."""
+    global _home_loop
+    _home_loop = loop
+
+
+def _run(coroutine: Coroutine[Any, Any, Any]) -> Any:
+    home = _home_loop
+    if home is not None and home.is_running():
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is home:
+            coroutine.close()
+            raise RuntimeError("broadcast.group_send() called from the event loop; await the layer")
+        return asyncio.run_coroutine_threadsafe(coroutine, home).result(SEND_TIMEOUT)
+    loop = getattr(_local, "loop", None)
+    if loop is None or loop.is_closed():
+        loop = _local.loop = asyncio.new_event_loop()
+    return loop.run_until_complete(asyncio.wait_for(coroutine, SEND_TIMEOUT))
+
+
+def group_send(group: str, message: dict[str, Any]) -> None:
+    """Send ``message`` (a dict with a ``type``) to every channel in ``group``.
+
+    Blocks until the layer accepted it (at most ``SEND_TIMEOUT`` seconds; raises
+    ``TimeoutError`` past that). Must not be called from inside an event loop.
+    """
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    _run(layer.group_send(group, message))
+
+
+def conversation_group(conversation_id: Any) -> str:
+    """The channel-layer group of a conversation: ``conversation.<id>``."""
+    return f"conversation.{conversation_id}"

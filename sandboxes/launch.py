@@ -1,0 +1,215 @@
+"""How a sandbox process is started: its command line, environment and isolation.
+
+The runtime is untrusted. It gets an environment built from scratch (never the server's
+own), its own HOME, XDG folders and TMPDIR inside the workspace's private ``.paw/``
+folder, resource limits (``prlimit``), and, with ``PAW_SANDBOX_ISOLATION=bwrap``, a
+bubblewrap jail: system and Python paths read-only, only its workspace writable, none of
+the server's files (database, keys, ``var/``, other workspaces) visible, its own PID
+namespace, all capabilities dropped, and death with its parent. The network stays shared:
+the model endpoint and datasources need it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from django.conf import settings
+
+from conversations.workspaces import PRIVATE_DIR
+
+#: The runtime's own package folder (run, never imported, by PAW).
+RUNTIME_PACKAGE = Path(__file__).resolve().parent / "runtime"
+
+# Pieces of /etc a Python process needs: names, TLS roots, time zone, fonts, linker cache.
+_ETC_READ_ONLY = (
+    "/etc/resolv.conf",
+    "/etc/hosts",
+    "/etc/nsswitch.conf",
+    "/etc/host.conf",
+    "/etc/gai.conf",
+    "/etc/ssl",
+    "/etc/ca-certificates",
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/localtime",
+    "/etc/fonts",
+    "/etc/alternatives",
+    "/etc/mime.types",
+    "/etc/passwd",
+    "/etc/group",
+)
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    """What a sandbox is started with.
+
+    ``env`` holds the variables a run is given on top of the base environment (provider
+    ``OPENAI_*``, the user's secrets, datasource URLs); ``secret_values`` maps secret names
+    to the values handed over, for masking them in events. ``fingerprint`` changes when
+    anything that needs a new process changes (provider, model, environment).
+    """
+
+    conversation_id: str
+    workspace: Path
+    provider: str
+    model: str
+    env: dict[str, str] = field(default_factory=dict)
+    secret_values: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def fingerprint(self) -> str:
+        body = json.dumps([self.provider, self.model, sorted(self.env.items())])
+        return hashlib.sha256(body.encode()).hexdigest()
+
+
+def runtime_argv() -> list[str]:
+    """``PAW_HARNESS_CMD`` split like a shell would, its program resolved in the virtual
+    environment first (``paw-agent`` and ``python-agent-harness`` are installed there).
+
+    Raises ``FileNotFoundError`` when the program cannot be found.
+    """
+    argv = shlex.split(settings.PAW_HARNESS_CMD)
+    if not argv:
+        raise FileNotFoundError("PAW_HARNESS_CMD is empty")
+    program = shutil.which(argv[0], path=_search_path())
+    if program is None:
+        raise FileNotFoundError(f"the runtime program {argv[0]!r} was not found")
+    return [program, *argv[1:]]
+
+
+def _search_path() -> str:
+    return os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"])
+
+
+def sandbox_dirs(workspace: Path) -> dict[str, Path]:
+    """The private folders of a sandbox inside its workspace, created if missing."""
+    private = workspace / PRIVATE_DIR
+    dirs = {
+        "home": private / "home",
+        "tmp": private / "tmp",
+        "data": private / "home" / ".local" / "share",
+        "config": private / "home" / ".config",
+        "cache": private / "home" / ".cache",
+        "state": private / "home" / ".local" / "state",
+    }
+    for path in dirs.values():
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return dirs
+
+
+def build_environment(spec: SandboxSpec, *, sandbox_id: str) -> dict[str, str]:
+    """The whole environment of the runtime process, from scratch.
+
+    Contains PATH, locale, the private HOME/XDG_*/TMPDIR, ``NO_PROXY`` for loopback,
+    ``PAW_SANDBOX_ID`` (a marker used to find every process of the sandbox when it is
+    stopped), and ``spec.env``.
+    """
+    dirs = sandbox_dirs(spec.workspace)
+    env = {
+        "PATH": _search_path(),
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "HOME": str(dirs["home"]),
+        "XDG_DATA_HOME": str(dirs["data"]),
+        "XDG_CONFIG_HOME": str(dirs["config"]),
+        "XDG_CACHE_HOME": str(dirs["cache"]),
+        "XDG_STATE_HOME": str(dirs["state"]),
+        "TMPDIR": str(dirs["tmp"]),
+        "NO_PROXY": "127.0.0.1,localhost,::1",
+        "no_proxy": "127.0.0.1,localhost,::1",
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "MPLBACKEND": "Agg",
+        "PAW_SANDBOX_ID": sandbox_id,
+    }
+    env.update(spec.env)
+    return env
+
+
+def runtime_flags(workspace: Path) -> list[str]:
+    """Flags every runtime gets (both runtimes accept them; PROTOCOL.md ``serve`` flags).
+
+    The runtime's own answer timeout is a backstop behind PAW's approval deadline, and
+    its wall clock matches PAW's run limit.
+    """
+    return [
+        "--project", str(workspace),
+        "--answer-timeout", str(settings.PAW_APPROVAL_TIMEOUT_SECONDS + 60),
+        "--timeout", str(settings.PAW_RUN_TIMEOUT_SECONDS),
+        "--max-rounds", str(settings.PAW_RUN_MAX_ROUNDS),
+    ]  # fmt: skip
+
+
+def resource_limits() -> list[str]:
+    """``prlimit`` prefix applying the configured limits to the runtime and its children."""
+    return [
+        "prlimit",
+        f"--cpu={settings.PAW_SANDBOX_CPU_SECONDS}",
+        f"--as={settings.PAW_SANDBOX_MEMORY_MB * 1024 * 1024}",
+        f"--fsize={settings.PAW_SANDBOX_FILE_MB * 1024 * 1024}",
+        f"--nproc={settings.PAW_SANDBOX_PROCESSES}",
+        "--",
+    ]
+
+
+def bwrap_prefix(workspace: Path) -> list[str]:
+    """The bubblewrap command that jails the runtime (PAW_SANDBOX_ISOLATION=bwrap)."""
+    args = [
+        "bwrap", "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc",
+        "--unshare-uts", "--unshare-cgroup-try", "--cap-drop", "ALL", "--hostname", "sandbox",
+        "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",  # noqa: S108 - a private tmpfs
+        "--ro-bind", "/usr", "/usr",
+    ]  # fmt: skip
+    for top in ("/bin", "/sbin", "/lib", "/lib64", "/lib32"):
+        if os.path.islink(top):
+            args += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            args += ["--ro-bind", top, top]
+    for path in _ETC_READ_ONLY:
+        args += ["--ro-bind-try", path, path]
+    args += ["--ro-bind-try", "/sys/devices/system/cpu", "/sys/devices/system/cpu"]
+    for path in _python_paths():
+        args += ["--ro-bind", str(path), str(path)]
+    args += ["--bind", str(workspace), str(workspace), "--chdir", str(workspace), "--"]
+    return args
+
+
+def _python_paths() -> list[Path]:
+    """The interpreter, the virtual environment and the runtime's own source, read-only."""
+    paths = {Path(sys.base_prefix).resolve(), Path(sys.prefix)}
+    # An editable install imports the runtime from the source tree: expose only the
+    # runtime package (and its parent's __init__), never the rest of the project.
+    source = RUNTIME_PACKAGE.parent
+    paths.add(source / "__init__.py")
+    paths.add(RUNTIME_PACKAGE)
+    return sorted(paths)
+
+
+def isolation_mode() -> str:
+    """``bwrap`` or ``none`` (``PAW_SANDBOX_ISOLATION``; the default is ``bwrap`` when
+    bubblewrap is installed). Raises ``RuntimeError`` if bwrap is asked for but missing."""
+    mode = settings.PAW_SANDBOX_ISOLATION or ("bwrap" if shutil.which("bwrap") else "none")
+    if mode == "bwrap" and not shutil.which("bwrap"):
+        raise RuntimeError(
+            "PAW_SANDBOX_ISOLATION=bwrap but bubblewrap is not installed (apt install bubblewrap)"
+        )
+    if mode not in ("bwrap", "none"):
+        raise RuntimeError(f"PAW_SANDBOX_ISOLATION must be bwrap or none, not {mode!r}")
+    return mode
+
+
+def build_command(spec: SandboxSpec) -> list[str]:
+    """The full argv: limits, then (maybe) bubblewrap, then the runtime with its flags."""
+    argv = [*runtime_argv(), *runtime_flags(spec.workspace)]
+    if isolation_mode() == "bwrap":
+        argv = [*bwrap_prefix(spec.workspace), *argv]
+    return [*resource_limits(), *argv]

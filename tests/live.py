@@ -1,0 +1,91 @@
+"""Test helpers for live behaviour: listening to a conversation's channel-layer group and
+waiting for database state written by another process."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from channels.layers import get_channel_layer
+from django.db import close_old_connections
+
+from paw_project.broadcast import conversation_group
+
+T = TypeVar("T")
+
+
+def wait_for(
+    check: Callable[[], T], *, timeout: float = 20.0, interval: float = 0.05, what: str = ""
+) -> T:
+    """Call ``check`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        close_old_connections()
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what or check}")
+        time.sleep(interval)
+
+
+class GroupListener:
+    """Collects every message sent to a conversation's group, from a background thread."""
+
+    def __init__(self, conversation_id: Any) -> None:
+        self.group = conversation_group(conversation_id)
+        self.messages: list[dict[str, Any]] = []
+        self._ready = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> GroupListener:
+        self._thread.start()
+        assert self._ready.wait(10), "listener did not join the group"
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        asyncio.run(self._listen())
+
+    async def _listen(self) -> None:
+        layer = get_channel_layer()
+        channel = await layer.new_channel()
+        await layer.group_add(self.group, channel)
+        self._ready.set()
+        try:
+            while not self._stop.is_set():
+                try:
+                    message = await asyncio.wait_for(layer.receive(channel), 0.2)
+                except TimeoutError:
+                    continue
+                self.messages.append(message)
+        finally:
+            await layer.group_discard(self.group, channel)
+
+    def events(self) -> list[dict[str, Any]]:
+        """Every stored event received, in order: ``{"cursor", "run_id", "event"}``."""
+        return [e for m in self.messages if m["type"] == "conversation.events" for e in m["events"]]
+
+    def of_type(self, message_type: str) -> list[dict[str, Any]]:
+        """The plain messages (``run.status``, ``agent_confirm_request`` …) of a type."""
+        return [
+            m["message"] for m in self.messages
+            if m["type"] == "conversation.message" and m["message"]["type"] == message_type
+        ]  # fmt: skip
+
+    def wait(self, check: Callable[[GroupListener], T], timeout: float = 20.0, what: str = "") -> T:
+        deadline = time.monotonic() + timeout
+        while True:
+            value = check(self)
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what}; got {self.messages[-5:]}")
+            time.sleep(0.02)
