@@ -44,7 +44,8 @@ def test_a_run_end_to_end_is_stored_with_increasing_cursors_and_sent_live(worker
         )
         done = wait_for(lambda: finished(run.id), what="the run to finish")
         listener.wait(
-            lambda lis: any(e["event"]["type"] == "result" for e in lis.events()), what="result live"
+            lambda lis: any(e["event"]["type"] == "result" for e in lis.events()),
+            what="result live",
         )
     assert done.status == Run.Status.DONE, (done.errors, worker.output()[-3000:])
     assert "Hello from the model." in done.answer

@@ -1,0 +1,98 @@
+"""Admin for operators: conversations, runs (with their events) and approvals (an audit
+trail of who decided what, how and when)."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+
+from conversations.models import Approval, Conversation, ConversationFile, Run, RunEvent
+
+
+class ReadOnlyInline(admin.TabularInline):
+    extra = 0
+    can_delete = False
+    show_change_link = True
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+
+class FileInline(ReadOnlyInline):
+    model = ConversationFile
+    fields = ("name", "size", "sha256", "created_at")
+
+
+class RunInline(ReadOnlyInline):
+    model = Run
+    fields = ("id", "status", "model", "created_at", "finished_at")
+
+
+@admin.register(Conversation)
+class ConversationAdmin(admin.ModelAdmin):
+    list_display = ("title", "id", "user", "auto_approve", "last_activity_at")
+    list_filter = ("auto_approve",)
+    search_fields = ("id", "title", "user__username")
+    readonly_fields = (
+        "id",
+        "event_cursor",
+        "created_at",
+        "updated_at",
+        "last_activity_at",
+        "memory_since",
+    )
+    inlines = (FileInline, RunInline)
+
+
+class EventInline(ReadOnlyInline):
+    model = RunEvent
+    fields = ("cursor", "type", "kind", "payload", "created_at")
+    ordering = ("cursor",)
+    show_change_link = False
+
+
+@admin.register(Run)
+class RunAdmin(admin.ModelAdmin):
+    list_display = (
+        "id",
+        "conversation",
+        "user",
+        "status",
+        "provider",
+        "model",
+        "node",
+        "created_at",
+        "finished_at",
+    )
+    list_filter = ("status", "provider", "model", "node")
+    search_fields = ("id", "conversation__id", "user__username", "prompt")
+    readonly_fields = [f.name for f in Run._meta.fields]
+    inlines = (EventInline,)
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+
+@admin.register(Approval)
+class ApprovalAdmin(admin.ModelAdmin):
+    list_display = (
+        "id",
+        "kind",
+        "status",
+        "decided_by",
+        "decided_by_user",
+        "via",
+        "created_at",
+        "decided_at",
+    )
+    list_filter = ("kind", "status", "decided_by", "via")
+    search_fields = ("id", "run__id", "conversation__id", "prompt")
+    readonly_fields = [f.name for f in Approval._meta.fields]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
