@@ -46,13 +46,6 @@ class ConversationAdmin(admin.ModelAdmin):
     inlines = (FileInline, RunInline)
 
 
-class EventInline(ReadOnlyInline):
-    model = RunEvent
-    fields = ("cursor", "type", "kind", "payload", "created_at")
-    ordering = ("cursor",)
-    show_change_link = False
-
-
 @admin.register(Run)
 class RunAdmin(admin.ModelAdmin):
     list_display = (
@@ -69,9 +62,25 @@ class RunAdmin(admin.ModelAdmin):
     list_filter = ("status", "provider", "model", "node")
     search_fields = ("id", "conversation__id", "user__username", "prompt")
     readonly_fields = [f.name for f in Run._meta.fields]
-    inlines = (EventInline,)
 
     def has_add_permission(self, request) -> bool:
+        return False
+
+
+@admin.register(RunEvent)
+class RunEventAdmin(admin.ModelAdmin):
+    """Events, paginated: a run can have thousands (filter by run id in the search box)."""
+
+    list_display = ("cursor", "conversation", "run", "type", "kind", "created_at")
+    list_filter = ("type",)
+    search_fields = ("=run__id", "=conversation__id")
+    readonly_fields = [f.name for f in RunEvent._meta.fields]
+    list_select_related = ("conversation", "run")
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
         return False
 
 
