@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+
 import pytest
 
 from conversations.models import Run, RunEvent
-from conversations.services.runs import run_start
+from conversations.services.runs import run_cancel, run_start
+from paw_project.errors import Conflict
 from sandboxes.models import Sandbox
-from tests.conftest import HARNESS, PAW_AGENT
+from tests.conftest import HARNESS, PAW_AGENT, SCRIPTED_API_KEY
 from tests.factories import ConversationFactory
 from tests.live import GroupListener, wait_for
 
@@ -61,3 +66,237 @@ def test_a_run_end_to_end_is_stored_with_increasing_cursors_and_sent_live(worker
     assert statuses[-1] == "done" and "running" in statuses
     sandbox = Sandbox.objects.get(conversation=conversation)
     assert sandbox.state == Sandbox.State.READY and sandbox.pid
+
+
+def sandbox_pids(conversation):
+    return list(
+        Sandbox.objects.filter(conversation=conversation)
+        .order_by("started_at")
+        .values_list("pid", flat=True)
+    )
+
+
+def process_alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def marked_processes(sandbox_id) -> list[int]:
+    """Processes (anywhere on the machine) carrying the sandbox's environment marker."""
+    needle = f"PAW_SANDBOX_ID={sandbox_id}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as f:
+                    if needle in f.read().split(b"\0"):
+                        found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
+def model_saw(scripted_model, text: str) -> bool:
+    return any(
+        text in json.dumps(entry["body"].get("messages", [])) for entry in scripted_model.log
+    )
+
+
+SLOW = {"text": "x" * 400, "chunk": 2, "chunk_delay": 0.05}
+
+
+def test_second_run_reuses_the_process_and_the_agent_remembers_the_first(worker, scripted_model):
+    scripted_model.load({"api_key": SCRIPTED_API_KEY, "untooled": "Title", "fallback": "Noted."})
+    conversation = ConversationFactory()
+    first = run_start(
+        user=conversation.user,
+        conversation_id=conversation.id,
+        prompt="My favourite colour is teal.",
+    )
+    assert wait_for(lambda: finished(first.id)).status == Run.Status.DONE
+    scripted_model.clear_log()
+    second = run_start(
+        user=conversation.user, conversation_id=conversation.id, prompt="What is my colour?"
+    )
+    assert wait_for(lambda: finished(second.id)).status == Run.Status.DONE
+    assert len(sandbox_pids(conversation)) == 1  # the same process served both runs
+    assert model_saw(scripted_model, "My favourite colour is teal.")
+
+
+def test_two_conversations_run_at_the_same_time_on_one_node(worker, scripted_model):
+    scripted_model.load(
+        {"api_key": SCRIPTED_API_KEY, "untooled": "Title", "fallback": {**SLOW, "text": "y" * 60}}
+    )
+    a, b = ConversationFactory(), ConversationFactory()
+    run_a = run_start(user=a.user, conversation_id=a.id, prompt="Tell me a story.")
+    run_b = run_start(user=b.user, conversation_id=b.id, prompt="Tell me another.")
+    run_a, run_b = (wait_for(lambda r=r: finished(r.id), timeout=60) for r in (run_a, run_b))
+    assert run_a.status == run_b.status == Run.Status.DONE
+    assert (
+        run_a.started_at < run_b.finished_at and run_b.started_at < run_a.finished_at
+    )  # they overlapped
+    assert sandbox_pids(a) != sandbox_pids(b)
+
+
+def test_cancel_mid_stream_ends_the_run_cancelled(worker, scripted_model):
+    scripted_model.load({"api_key": SCRIPTED_API_KEY, "untooled": "Title", "responses": [SLOW]})
+    conversation = ConversationFactory()
+    run = run_start(
+        user=conversation.user, conversation_id=conversation.id, prompt="Stream for a while."
+    )
+    wait_for(
+        lambda: RunEvent.objects.filter(run=run, type="delta").count() >= 3, what="some deltas"
+    )
+    run_cancel(user=conversation.user, conversation_id=conversation.id, run_id=run.id)
+    run = wait_for(lambda: finished(run.id))
+    assert run.status == Run.Status.CANCELLED
+    assert (
+        RunEvent.objects.filter(run=run, type="delta").count() < 200
+    )  # it did not stream to the end
+    # The conversation stays usable.
+    scripted_model.load({"api_key": SCRIPTED_API_KEY, "untooled": "Title", "fallback": "Back."})
+    again = run_start(
+        user=conversation.user, conversation_id=conversation.id, prompt="Still there?"
+    )
+    assert wait_for(lambda: finished(again.id)).status == Run.Status.DONE
+
+
+def test_a_queued_run_is_cancelled_at_once(worker, scripted_model):
+    conversation = ConversationFactory()
+    run = Run.objects.create(
+        conversation=conversation, user=conversation.user, prompt="never dispatched"
+    )
+    cancelled = run_cancel(user=conversation.user, conversation_id=conversation.id, run_id=run.id)
+    assert cancelled.status == Run.Status.CANCELLED
+    with pytest.raises(Conflict):
+        run_cancel(user=conversation.user, conversation_id=conversation.id, run_id=run.id)
+
+
+def test_a_second_run_while_one_is_active_is_refused(worker, scripted_model):
+    scripted_model.load({"api_key": SCRIPTED_API_KEY, "untooled": "Title", "responses": [SLOW]})
+    conversation = ConversationFactory()
+    run = run_start(user=conversation.user, conversation_id=conversation.id, prompt="Busy.")
+    with pytest.raises(Conflict) as refused:
+        run_start(user=conversation.user, conversation_id=conversation.id, prompt="Me too.")
+    assert refused.value.code == "run_active"
+    run_cancel(user=conversation.user, conversation_id=conversation.id, run_id=run.id)
+    wait_for(lambda: finished(run.id))
+
+
+def test_a_run_over_the_time_limit_is_stopped_with_code_timeout(
+    worker_node, runtime, scripted_model
+):
+    worker_node.use(runtime, PAW_RUN_TIMEOUT_SECONDS="2")
+    scripted_model.load(
+        {"api_key": SCRIPTED_API_KEY, "untooled": "Title", "responses": [{**SLOW, "delay": 30}]}
+    )
+    conversation = ConversationFactory()
+    run = run_start(user=conversation.user, conversation_id=conversation.id, prompt="Take forever.")
+    run = wait_for(lambda: finished(run.id), timeout=30)
+    assert run.status == Run.Status.ERROR
+    assert run.errors[0]["code"] == "timeout", run.errors
+
+
+def test_an_idle_sandbox_is_shut_down_after_its_ttl(worker_node, runtime, scripted_model):
+    worker_node.use(runtime, PAW_SANDBOX_TTL_SECONDS="1")
+    scripted_model.load({"api_key": SCRIPTED_API_KEY, "untooled": "Title", "fallback": "Hi."})
+    conversation = ConversationFactory()
+    run = run_start(user=conversation.user, conversation_id=conversation.id, prompt="Hello")
+    assert wait_for(lambda: finished(run.id)).status == Run.Status.DONE
+    sandbox = wait_for(
+        lambda: Sandbox.objects.filter(
+            conversation=conversation, state=Sandbox.State.STOPPED
+        ).first(),
+        what="idle shutdown",
+    )
+    wait_for(lambda: not process_alive(sandbox.pid), what="the process to exit")
+    assert marked_processes(sandbox.id) == []
+
+
+def test_the_least_recently_used_idle_sandbox_is_evicted_at_capacity(
+    worker_node, runtime, scripted_model
+):
+    worker_node.use(runtime, PAW_MAX_SANDBOXES_PER_NODE="1")
+    scripted_model.load({"api_key": SCRIPTED_API_KEY, "untooled": "Title", "fallback": "Hi."})
+    a, b = ConversationFactory(), ConversationFactory()
+    run_a = run_start(user=a.user, conversation_id=a.id, prompt="First")
+    assert wait_for(lambda: finished(run_a.id)).status == Run.Status.DONE
+    run_b = run_start(user=b.user, conversation_id=b.id, prompt="Second")
+    assert wait_for(lambda: finished(run_b.id)).status == Run.Status.DONE
+    assert Sandbox.objects.get(conversation=a).state == Sandbox.State.STOPPED
+    assert Sandbox.objects.get(conversation=b).state == Sandbox.State.READY
+
+
+def test_a_killed_runtime_fails_its_run_and_the_next_run_respawns_with_history(
+    worker, runtime, scripted_model
+):
+    scripted_model.load({"api_key": SCRIPTED_API_KEY, "untooled": "Title", "fallback": "Noted."})
+    conversation = ConversationFactory()
+    first = run_start(
+        user=conversation.user,
+        conversation_id=conversation.id,
+        prompt="Remember: the code is 4711.",
+    )
+    assert wait_for(lambda: finished(first.id)).status == Run.Status.DONE
+    scripted_model.load({"api_key": SCRIPTED_API_KEY, "untooled": "Title", "responses": [SLOW]})
+    second = run_start(
+        user=conversation.user, conversation_id=conversation.id, prompt="Stream, then die."
+    )
+    wait_for(
+        lambda: RunEvent.objects.filter(run=second, type="delta").exists(),
+        what="the stream to begin",
+    )
+    victim = Sandbox.objects.get(conversation=conversation, state__in=Sandbox.LIVE_STATES)
+    os.kill(victim.pid, signal.SIGKILL)
+    second = wait_for(lambda: finished(second.id))
+    assert second.status == Run.Status.ERROR
+    assert second.errors[0]["code"] == "sandbox_exited"
+    assert second.errors[0]["message"].startswith("sandbox exited (code -9)")
+    assert marked_processes(victim.id) == []
+
+    scripted_model.load(
+        {"api_key": SCRIPTED_API_KEY, "untooled": "Title", "fallback": "It is 4711."}
+    )
+    scripted_model.clear_log()
+    third = run_start(
+        user=conversation.user, conversation_id=conversation.id, prompt="What was the code?"
+    )
+    assert wait_for(lambda: finished(third.id)).status == Run.Status.DONE
+    assert len(sandbox_pids(conversation)) == 2
+    if runtime == PAW_AGENT:  # it offers `history`: the new process was told the first turn
+        assert model_saw(scripted_model, "Remember: the code is 4711.")
+    else:  # python-agent-harness cannot restore history: the user is told
+        notice = RunEvent.objects.get(conversation=conversation, type="notice", kind="memory_lost")
+        assert "without its earlier context" in notice.payload["message"]
+
+
+def test_worker_sigterm_during_a_run_leaves_no_runtime_process_and_ends_the_run(
+    worker_node, runtime, scripted_model
+):
+    worker_node.use(runtime, PAW_TEST_FRESH_WORKER="sigterm")
+    scripted_model.load(
+        {
+            "api_key": SCRIPTED_API_KEY,
+            "untooled": "Title",
+            "responses": [{**SLOW, "text": "z" * 4000}],
+        }
+    )
+    conversation = ConversationFactory()
+    run = run_start(user=conversation.user, conversation_id=conversation.id, prompt="Long job")
+    wait_for(
+        lambda: RunEvent.objects.filter(run=run, type="delta").exists(), what="the stream to begin"
+    )
+    sandbox = Sandbox.objects.get(conversation=conversation, state__in=Sandbox.LIVE_STATES)
+    assert marked_processes(sandbox.id)
+    worker_node.process.send_signal(signal.SIGTERM)
+    assert worker_node.process.wait(timeout=60) == 0
+    worker_node.stop()
+    assert marked_processes(sandbox.id) == []
+    assert not process_alive(sandbox.pid)
+    run = Run.objects.get(id=run.id)
+    assert run.status == Run.Status.ERROR
+    assert run.errors[0]["code"] == "worker_stopped"
+    assert Sandbox.objects.get(id=sandbox.id).state == Sandbox.State.STOPPED
