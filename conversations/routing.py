@@ -2,4 +2,10 @@
 
 from __future__ import annotations
 
-websocket_urlpatterns: list = []
+from django.urls import re_path
+
+from conversations.consumers import ConversationConsumer
+
+websocket_urlpatterns = [
+    re_path(r"^ws/conversations/(?P<conversation_id>[^/]+)/$", ConversationConsumer.as_asgi()),
+]

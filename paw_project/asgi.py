@@ -1,7 +1,8 @@
 """ASGI entry point (Daphne): HTTP goes to Django, websockets to the Channels routes.
 
 Routing follows the Channels docs: ``AllowedHostsOriginValidator(AuthMiddlewareStack(
-URLRouter(...)))``. The websocket routes are collected from ``conversations.routing``.
+URLRouter(...)))``, with a JWT middleware inside for integrations (``accounts.websocket``).
+The websocket routes are collected from ``conversations.routing``.
 """
 
 from __future__ import annotations
@@ -19,13 +20,14 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from accounts.websocket import JwtAuthMiddleware  # noqa: E402
 from conversations.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
         "websocket": AllowedHostsOriginValidator(
-            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
+            AuthMiddlewareStack(JwtAuthMiddleware(URLRouter(websocket_urlpatterns)))
         ),
     }
 )

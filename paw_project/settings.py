@@ -213,6 +213,10 @@ PAW_SANDBOX_PROCESSES = env.int("PAW_SANDBOX_PROCESSES", default=256)
 PAW_RUN_MAX_ROUNDS = env.int("PAW_RUN_MAX_ROUNDS", default=10)
 PAW_RUN_CANCEL_GRACE_SECONDS = env.float("PAW_RUN_CANCEL_GRACE_SECONDS", default=10.0)
 PAW_APPROVAL_TIMEOUT_SECONDS = env.int("PAW_APPROVAL_TIMEOUT_SECONDS", default=120)
+# Tools that must be preceded by an approved confirm in the same run (else the run stops).
+PAW_APPROVAL_REQUIRED_TOOLS = env.list(
+    "PAW_APPROVAL_REQUIRED_TOOLS", default=["shell", "delete_file", "install_package"]
+)
 PAW_HISTORY_TURNS = env.int("PAW_HISTORY_TURNS", default=12)
 PAW_NODE_HEARTBEAT_SECONDS = env.float("PAW_NODE_HEARTBEAT_SECONDS", default=5.0)
 PAW_NODE_DEAD_SECONDS = env.int("PAW_NODE_DEAD_SECONDS", default=60)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import uuid
 
 from django.conf import settings
 from django.db import close_old_connections, connection, transaction
@@ -111,23 +110,6 @@ class Node:
     def _forget(self, sandbox: SandboxProcess) -> None:
         self.pool.discard(sandbox)
 
-    # --- run control used by services -----------------------------------------------------
-
-    def force_end(
-        self, sandbox: SandboxProcess, run_id: uuid.UUID, *, code: str, message: str
-    ) -> None:
-        """End a run for a host reason (timeout, budget, policy): ``cancel`` op now, and
-        the run will end ``error`` with ``code``; the monitor kills the sandbox if the
-        runtime does not finish the run within the cancel grace."""
-        if sandbox.current_run != run_id or run_id in sandbox.forced_outcome:
-            return
-        sandbox.forced_outcome[run_id] = (code, message)
-        sandbox.forced_at = time.monotonic()
-        try:
-            sandbox.send("cancel", run_id=str(run_id))
-        except SandboxError:
-            sandbox.kill()
-
     # --- monitor ------------------------------------------------------------------------
 
     def _monitor_loop(self) -> None:
@@ -168,10 +150,11 @@ class Node:
                 )
                 sandbox.kill()
             elif now - sandbox.run_started > settings.PAW_RUN_TIMEOUT_SECONDS:
-                self.force_end(
-                    sandbox, run_id, code="timeout",
+                sandbox.force_end(
+                    run_id,
+                    code="timeout",
                     message=f"the run took longer than {settings.PAW_RUN_TIMEOUT_SECONDS} s",
-                )  # fmt: skip
+                )
         elif not sandbox.stopping and now - sandbox.last_active > settings.PAW_SANDBOX_TTL_SECONDS:
             logger.info(
                 "sandbox %s idle for %.0f s: shutting down",

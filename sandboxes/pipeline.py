@@ -28,6 +28,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
@@ -61,6 +62,7 @@ class _Effects:
     started: list[tuple[SandboxProcess, uuid.UUID]] = field(default_factory=list)
     asks: list[tuple[SandboxProcess, uuid.UUID, dict[str, Any]]] = field(default_factory=list)
     results: list[tuple[SandboxProcess, uuid.UUID, dict[str, Any]]] = field(default_factory=list)
+    gated: list[tuple[SandboxProcess, uuid.UUID, list[str]]] = field(default_factory=list)
 
 
 def _payload(entry: ReadEntry) -> tuple[str, str, dict[str, Any]]:
@@ -290,6 +292,19 @@ class EventPipeline:
             effects.results.append((sandbox, entry.run_id, payload))
         elif line.type == "notify" and line.kind == "ask" and isinstance(payload.get("data"), dict):
             effects.asks.append((sandbox, entry.run_id, payload["data"]))
+        elif (
+            line.type == "notify"
+            and line.kind == "tool_calls"
+            and isinstance(payload.get("data"), list)
+        ):
+            required = set(settings.PAW_APPROVAL_REQUIRED_TOOLS)
+            names = [
+                c.get("name")
+                for c in payload["data"]
+                if isinstance(c, dict) and c.get("name") in required
+            ]
+            if names:
+                effects.gated.append((sandbox, entry.run_id, names))
 
     def _apply(self, effects: _Effects) -> None:
         now = timezone.now()
@@ -318,12 +333,56 @@ class EventPipeline:
             )
             if approval.kind == Approval.Kind.CONFIRM and run.conversation.auto_approve:
                 transaction.on_commit(lambda s=sandbox, a=approval.id: _auto_approve(s, a))
+        for sandbox, run_id, names in effects.gated:
+            self._check_policy(sandbox, run_id, names)
         for sandbox, run_id, raw in effects.results:
             outcome = result_outcome(raw, sandbox.forced_outcome.pop(run_id, None))
             run_services.run_finish(run_id=run_id, **outcome)
             Sandbox.objects.filter(id=sandbox.sandbox_id, state=Sandbox.State.BUSY).update(
                 state=Sandbox.State.READY, last_active_at=now
             )
+
+    @staticmethod
+    def _check_policy(sandbox: SandboxProcess, run_id: uuid.UUID, names: list[str]) -> None:
+        """The host does not trust the runtime to ask: each call of a tool in
+        ``PAW_APPROVAL_REQUIRED_TOOLS`` must be covered by an approved confirm of the same
+        run. An uncovered call stops the run and is recorded as a ``policy_violation``."""
+        approved = Approval.objects.filter(
+            run_id=run_id, kind=Approval.Kind.CONFIRM, status=Approval.Status.APPROVED
+        ).count()
+        used = sandbox.gated_calls.get(run_id, 0)
+        sandbox.gated_calls[run_id] = used + len(names)
+        if used + len(names) <= approved:
+            return
+        tools = ", ".join(sorted(set(names)))
+        message = f"The agent tried to use {tools} without your approval, so PAW stopped the run."
+        run = Run.objects.filter(id=run_id).only("conversation_id").first()
+        if run is None:
+            return
+        (event,) = event_services.events_append(
+            conversation_id=run.conversation_id,
+            drafts=[
+                event_services.EventDraft(
+                    run_id=run_id,
+                    type="policy_violation",
+                    kind="approval_required",
+                    payload={
+                        "type": "policy_violation",
+                        "tools": sorted(set(names)),
+                        "message": message,
+                    },
+                )
+            ],
+        )
+        logger.warning("run %s: policy violation (%s without an approved confirm)", run_id, tools)
+        transaction.on_commit(
+            lambda: event_services._safe(
+                event_services.events_publish, conversation_id=run.conversation_id, events=[event]
+            )
+        )
+        transaction.on_commit(
+            lambda: sandbox.force_end(run_id, code="policy_violation", message=message)
+        )
 
     def _exit(self, item: _Item) -> None:
         """Record a sandbox's end and end its run, if one was still going."""

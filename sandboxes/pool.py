@@ -87,6 +87,8 @@ class SandboxProcess:
         # Why the host ended a run itself (timeout, budget, policy): {run_id: (code, message)}.
         self.forced_outcome: dict[uuid.UUID, tuple[str, str]] = {}
         self.forced_at: float | None = None
+        # Gated tool calls seen per run (each needs one approved confirm before it).
+        self.gated_calls: dict[uuid.UUID, int] = {}
         self._ready = threading.Event()
         self._ready_error: str | None = None
         self._write_lock = threading.Lock()
@@ -214,6 +216,19 @@ class SandboxProcess:
                 ) from exc
         self.last_active = time.monotonic()
         return op_id
+
+    def force_end(self, run_id: uuid.UUID, *, code: str, message: str) -> None:
+        """End a run for a host reason (timeout, budget, policy): a ``cancel`` op now, and
+        the run ends ``error`` with ``code`` when its cancelled result arrives. The node's
+        monitor kills the sandbox if the runtime does not comply within the cancel grace."""
+        if self.current_run != run_id or run_id in self.forced_outcome:
+            return
+        self.forced_outcome[run_id] = (code, message)
+        self.forced_at = time.monotonic()
+        try:
+            self.send("cancel", run_id=str(run_id))
+        except SandboxError:
+            self.kill()
 
     def submit(self, *, run_id: uuid.UUID, prompt: str) -> None:
         """Submit a run and wait until the runtime acknowledges it with ``start``.

@@ -1,0 +1,259 @@
+"""The websocket of a conversation: ``ws/conversations/<id>/``.
+
+Server → client: ``run.event`` ``{cursor, run_id, event}`` for every stored event,
+``run.status``, ``agent_confirm_request``, ``agent_confirm_resolved``, ``error``
+``{code, detail}``, ``pong``. Client → server: ``resume`` ``{after}``,
+``agent_confirm_response`` ``{approval_id, approved | answers}``, ``run.cancel``
+``{run_id}``, ``ping``.
+
+Exactly once, in order: events are delivered strictly by increasing cursor. The consumer
+joins the conversation's group before it reads anything, then waits for the client's
+``resume {after}`` (or ``?after=N`` on the URL; without either, after ``RESUME_GRACE``
+seconds it starts from the cursor current at connect). From then on it remembers the last
+cursor the client has, replays what is stored after it, skips live events at or below
+it, and fills any gap from the database (cursors are allocated in commit order, so an
+event below a live one is always stored already). A later ``resume`` replays from the
+cursor it names.
+
+Close codes: 4401 not signed in, 4403 not the owner, 4404 no such conversation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import Any
+from urllib.parse import parse_qs
+from uuid import UUID
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+from conversations.models import Approval, Conversation, Run, RunEvent
+from conversations.services import approvals as approval_services
+from conversations.services import events as event_services
+from conversations.services import runs as run_services
+from paw_project.broadcast import conversation_group
+from paw_project.errors import DomainError
+
+logger = logging.getLogger(__name__)
+
+#: Largest client message accepted (bytes of text).
+MAX_MESSAGE_BYTES = 64 * 1024
+#: Client messages allowed per connection: a burst of RATE_BURST, refilled at RATE_PER_SECOND.
+RATE_BURST = 30
+RATE_PER_SECOND = 10.0
+#: Events read from the database per query when replaying.
+REPLAY_PAGE = 500
+#: Seconds a new connection waits for the client's ``resume`` before going live.
+RESUME_GRACE = 1.0
+
+
+@database_sync_to_async
+def _conversation_access(user: Any, conversation_id: str) -> tuple[int, Conversation | None]:
+    """``(close code or 0, conversation)`` for a user opening a conversation's socket."""
+    if user is None or not user.is_authenticated:
+        return 4401, None
+    try:
+        conversation = Conversation.objects.get(id=UUID(conversation_id))
+    except (ValueError, Conversation.DoesNotExist):
+        return 4404, None
+    if conversation.user_id != user.pk:
+        return 4403, None
+    return 0, conversation
+
+
+@database_sync_to_async
+def _current_cursor(conversation_id: UUID) -> int:
+    return (
+        Conversation.objects.filter(id=conversation_id)
+        .values_list("event_cursor", flat=True)
+        .first()
+        or 0
+    )
+
+
+@database_sync_to_async
+def _events_between(conversation_id: UUID, after: int, until: int | None) -> list[dict[str, Any]]:
+    events = RunEvent.objects.filter(conversation_id=conversation_id, cursor__gt=after)
+    if until is not None:
+        events = events.filter(cursor__lt=until)
+    return [event_services.event_message(e) for e in events.order_by("cursor")[:REPLAY_PAGE]]
+
+
+@database_sync_to_async
+def _pending_state(conversation_id: UUID) -> list[dict[str, Any]]:
+    """What a new connection must know: the active run's status and pending approvals."""
+    messages = [
+        event_services.run_status_message(run)
+        for run in Run.objects.filter(
+            conversation_id=conversation_id, status__in=Run.ACTIVE_STATUSES
+        )
+    ]
+    messages += [
+        approval_services.approval_request_message(approval)
+        for approval in Approval.objects.filter(
+            conversation_id=conversation_id, status=Approval.Status.PENDING
+        )
+    ]
+    return messages
+
+
+class ConversationConsumer(AsyncJsonWebsocketConsumer):
+    """A thin edge: authenticate, follow the group, call services for client actions."""
+
+    async def connect(self) -> None:
+        self.conversation_id_text = self.scope["url_route"]["kwargs"]["conversation_id"]
+        self.group: str | None = None
+        user = self.scope.get("user")
+        code, conversation = await _conversation_access(user, self.conversation_id_text)
+        subprotocol = self.scope.get("paw_subprotocol")
+        await self.accept(subprotocol=subprotocol)
+        if code:
+            await self.close(code=code)
+            return
+        self.user = user
+        self.conversation_id: UUID = conversation.id
+        self.group = conversation_group(conversation.id)
+        self._tokens = float(RATE_BURST)
+        self._refilled = time.monotonic()
+        # Join first, then read: nothing committed from here on can be missed.
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        self.cursor = await _current_cursor(conversation.id)
+        self.live = False  # events flow once the client said where it is (resume)
+        for message in await _pending_state(conversation.id):
+            await self.send_json(message)
+        after = parse_qs(self.scope.get("query_string", b"").decode("latin-1")).get("after")
+        if after:
+            await self._resume({"after": int(after[0]) if after[0].isdigit() else after[0]})
+        else:
+            self._grace = asyncio.create_task(self._go_live_later())
+
+    async def _go_live_later(self) -> None:
+        await asyncio.sleep(RESUME_GRACE)
+        await self.channel_layer.send(self.channel_name, {"type": "resume.grace"})
+
+    async def resume_grace(self, message: dict[str, Any]) -> None:
+        """No ``resume`` came: go live from the cursor current at connect."""
+        if not self.live:
+            self.live = True
+            await self._fill(until=None)
+
+    async def disconnect(self, code: int) -> None:
+        grace = getattr(self, "_grace", None)
+        if grace is not None:
+            grace.cancel()
+        if self.group is not None:
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    # --- from the client ----------------------------------------------------------------
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        if not self._take_token():
+            await self._error("rate_limited", "Too many messages; slow down.")
+            return
+        if text_data is None:
+            await self._error("bad_message", "Send JSON text messages.")
+            return
+        if len(text_data.encode()) > MAX_MESSAGE_BYTES:
+            await self._error("too_large", f"Messages are limited to {MAX_MESSAGE_BYTES} bytes.")
+            return
+        try:
+            content = json.loads(text_data)
+        except ValueError:
+            await self._error("bad_json", "The message is not valid JSON.")
+            return
+        if not isinstance(content, dict) or not isinstance(content.get("type"), str):
+            await self._error("bad_message", 'A message is a JSON object with a "type".')
+            return
+        handler = {
+            "resume": self._resume,
+            "agent_confirm_response": self._confirm_response,
+            "run.cancel": self._run_cancel,
+            "ping": self._ping,
+        }.get(content["type"])
+        if handler is None:
+            await self._error("unknown_type", f"Unknown message type {content['type'][:64]!r}.")
+            return
+        try:
+            await handler(content)
+        except DomainError as exc:
+            await self._error(exc.code, exc.detail)
+
+    def _take_token(self) -> bool:
+        now = time.monotonic()
+        self._tokens = min(RATE_BURST, self._tokens + (now - self._refilled) * RATE_PER_SECOND)
+        self._refilled = now
+        if self._tokens < 1:
+            return False
+        self._tokens -= 1
+        return True
+
+    async def _resume(self, content: dict[str, Any]) -> None:
+        after = content.get("after", 0)
+        if not isinstance(after, int) or isinstance(after, bool) or after < 0:
+            await self._error("invalid", '"after" must be a cursor (an integer >= 0).')
+            return
+        # A cursor from the future would hide the events still to come: clamp it.
+        self.cursor = min(after, await _current_cursor(self.conversation_id))
+        self.live = True
+        await self._fill(until=None)
+
+    async def _confirm_response(self, content: dict[str, Any]) -> None:
+        answers = content.get("answers")
+        approved = content.get("approved")
+        if approved is not None and not isinstance(approved, bool):
+            await self._error("invalid", '"approved" must be true or false.')
+            return
+        await database_sync_to_async(approval_services.approval_decide)(
+            approval_id=content.get("approval_id", ""),
+            user=self.user,
+            approved=approved,
+            answers=answers,
+            via="websocket",
+        )
+
+    async def _run_cancel(self, content: dict[str, Any]) -> None:
+        await database_sync_to_async(run_services.run_cancel)(
+            user=self.user, conversation_id=self.conversation_id, run_id=content.get("run_id", "")
+        )
+
+    async def _ping(self, content: dict[str, Any]) -> None:
+        await self.send_json({"type": "pong"})
+
+    async def _error(self, code: str, detail: str) -> None:
+        await self.send_json({"type": "error", "code": code, "detail": detail})
+
+    # --- from the group -----------------------------------------------------------------
+
+    async def conversation_events(self, message: dict[str, Any]) -> None:
+        """Stored events, in cursor order: send what the client lacks, filling gaps."""
+        if not self.live:
+            return  # replayed from the database when the client resumes
+        for event in message["events"]:
+            cursor = event["cursor"]
+            if cursor <= self.cursor:
+                continue
+            if cursor > self.cursor + 1:
+                await self._fill(until=cursor)
+                if cursor <= self.cursor:
+                    continue
+            await self._send_event(event)
+
+    async def conversation_message(self, message: dict[str, Any]) -> None:
+        await self.send_json(message["message"])
+
+    async def _fill(self, *, until: int | None) -> None:
+        """Send stored events after ``self.cursor`` (and below ``until``), page by page."""
+        while True:
+            page = await _events_between(self.conversation_id, self.cursor, until)
+            for event in page:
+                await self._send_event(event)
+            if len(page) < REPLAY_PAGE:
+                return
+
+    async def _send_event(self, event: dict[str, Any]) -> None:
+        await self.send_json({"type": "run.event", **event})
+        self.cursor = event["cursor"]

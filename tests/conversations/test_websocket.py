@@ -1,0 +1,400 @@
+"""The conversation websocket: live events exactly once across reconnects, approvals,
+cancel, auth and bad input (real worker, real runtime processes, real Redis)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.test import Client
+from rest_framework_simplejwt.tokens import AccessToken
+
+from conversations.models import Approval, Conversation, Run, RunEvent
+from conversations.services.runs import run_start
+from conversations.workspaces import workspace_ensure
+from paw_project.asgi import application
+from tests.factories import ConversationFactory, UserFactory
+from tests.live import wait_for
+from tests.sandboxes.test_host import FAKE
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+@pytest.fixture
+def fake_worker(worker_node):
+    return worker_node.use(FAKE, PAW_SANDBOX_ISOLATION="none")
+
+
+@database_sync_to_async
+def conversation_with_mode(mode: str, **fields) -> Conversation:
+    conversation = ConversationFactory(**fields)
+    (workspace_ensure(conversation.id) / "fake_mode").write_text(mode)
+    return conversation
+
+
+@database_sync_to_async
+def session_cookie(user) -> str:
+    client = Client()
+    client.force_login(user)
+    return client.cookies["sessionid"].value
+
+
+async def connect(conversation: Conversation, *, user=None, path: str | None = None, cookie=True):
+    headers = [(b"origin", b"http://localhost")]
+    if cookie:
+        sid = await session_cookie(
+            user or await database_sync_to_async(lambda: conversation.user)()
+        )
+        headers.append((b"cookie", f"sessionid={sid}".encode()))
+    communicator = WebsocketCommunicator(
+        application, path or f"/ws/conversations/{conversation.id}/", headers
+    )
+    connected, _ = await communicator.connect()
+    assert connected
+    return communicator
+
+
+async def start(conversation: Conversation, prompt: str = "go") -> Run:
+    return await database_sync_to_async(run_start)(
+        user=conversation.user, conversation_id=conversation.id, prompt=prompt
+    )
+
+
+async def receive_until(
+    communicator, predicate, *, timeout: float = 20, limit: int = 100_000
+) -> list[dict]:
+    """Messages received until one satisfies ``predicate`` (included)."""
+    messages = []
+    for _ in range(limit):
+        message = await communicator.receive_json_from(timeout=timeout)
+        messages.append(message)
+        if predicate(message):
+            return messages
+    raise AssertionError("predicate never matched")
+
+
+def is_result(message) -> bool:
+    return message["type"] == "run.event" and message["event"]["type"] == "result"
+
+
+def deltas(messages) -> str:
+    return "".join(
+        m["event"]["text"]
+        for m in messages
+        if m["type"] == "run.event" and m["event"]["type"] == "delta"
+    )
+
+
+async def test_a_reconnecting_client_gets_every_number_exactly_once_in_order(fake_worker):
+    conversation = await conversation_with_mode("flood 400 0.005")
+    first = await connect(conversation)
+    await first.send_json_to({"type": "resume", "after": 0})
+    await start(conversation)
+    seen = await receive_until(
+        first, lambda m: m["type"] == "run.event" and m["event"].get("text") == "100 "
+    )
+    await first.disconnect()
+    last_cursor = max(m["cursor"] for m in seen if m["type"] == "run.event")
+    second = await connect(conversation)
+    await second.send_json_to({"type": "resume", "after": last_cursor})
+    rest = await receive_until(second, is_result)
+    await second.disconnect()
+    numbers = [int(n) for n in (deltas(seen) + deltas(rest)).split()]
+    missing = sorted(set(range(1, 401)) - set(numbers))
+    repeated = sorted({n for n in numbers if numbers.count(n) > 1})
+    stored = await database_sync_to_async(
+        lambda: [
+            e.payload.get("text")
+            for e in RunEvent.objects.filter(conversation=conversation, type="delta").order_by(
+                "cursor"
+            )
+        ]
+    )()
+    assert (missing, repeated) == ([], []), (
+        f"resumed after cursor {last_cursor}; stored {len(stored)} deltas; first tab "
+        f"{[(m['cursor'], m['event'].get('text')) for m in seen if m['type'] == 'run.event'][-3:]}; second tab "
+        f"{[(m['cursor'], m['event'].get('text')) for m in rest if m['type'] == 'run.event'][:12]}"
+    )
+    assert numbers == list(range(1, 401))
+    cursors = [m["cursor"] for m in seen + rest if m["type"] == "run.event"]
+    assert cursors == sorted(set(cursors))
+
+
+async def test_two_clients_receive_identical_event_sequences(fake_worker):
+    conversation = await conversation_with_mode("flood 300 0.001")
+    tabs = [await connect(conversation), await connect(conversation)]
+    for tab in tabs:
+        await tab.send_json_to({"type": "resume", "after": 0})
+    await start(conversation)
+    received = [await receive_until(tab, is_result) for tab in tabs]
+    for tab in tabs:
+        await tab.disconnect()
+    events = [[(m["cursor"], m["event"]) for m in r if m["type"] == "run.event"] for r in received]
+    assert events[0] == events[1]
+    assert deltas(received[0]) == "".join(f"{n} " for n in range(1, 301))
+
+
+async def test_resume_after_zero_replays_a_finished_run_from_the_database(fake_worker):
+    conversation = await conversation_with_mode("flood 50")
+    run = await start(conversation)
+    await database_sync_to_async(wait_for)(
+        lambda: Run.objects.filter(id=run.id, status=Run.Status.DONE).exists(), what="run done"
+    )
+    tab = await connect(conversation)
+    await tab.send_json_to({"type": "resume", "after": 0})
+    replay = await receive_until(tab, is_result)
+    await tab.disconnect()
+    stored = await database_sync_to_async(
+        lambda: list(
+            RunEvent.objects.filter(conversation=conversation)
+            .order_by("cursor")
+            .values_list("cursor", flat=True)
+        )
+    )()
+    assert [m["cursor"] for m in replay if m["type"] == "run.event"] == stored
+
+
+@database_sync_to_async
+def pending_approval(conversation) -> Approval:
+    return wait_for(
+        lambda: Approval.objects.filter(
+            conversation=conversation, status=Approval.Status.PENDING
+        ).first(),
+        what="a pending approval",
+    )
+
+
+@database_sync_to_async
+def finished_run(run) -> Run:
+    return wait_for(
+        lambda: Run.objects.filter(id=run.id, status__in=Run.FINISHED_STATUSES).first(),
+        what="run end",
+    )
+
+
+async def test_an_approval_raised_with_no_tab_open_is_delivered_on_connect_and_answered_once(
+    fake_worker,
+):
+    conversation = await conversation_with_mode("confirm")
+    run = await start(conversation)
+    approval = await pending_approval(conversation)
+    tab_a = await connect(conversation)
+    request = await receive_until(tab_a, lambda m: m["type"] == "agent_confirm_request")
+    assert request[-1]["approval_id"] == str(approval.id)
+    assert request[-1]["kind"] == "confirm" and request[-1]["prompt"] == "Run shell: rm -rf build/"
+    await tab_a.disconnect()
+
+    tab_b = await connect(conversation)
+    await receive_until(tab_b, lambda m: m["type"] == "agent_confirm_request")
+    await tab_b.send_json_to(
+        {"type": "agent_confirm_response", "approval_id": str(approval.id), "approved": True}
+    )
+    resolved = await receive_until(tab_b, lambda m: m["type"] == "agent_confirm_resolved")
+    assert resolved[-1]["status"] == "approved" and resolved[-1]["decided_by"] == "user"
+    await tab_b.send_json_to(
+        {"type": "agent_confirm_response", "approval_id": str(approval.id), "approved": False}
+    )
+    refused = await receive_until(tab_b, lambda m: m["type"] == "error")
+    assert refused[-1]["code"] == "approval_closed"
+    await tab_b.disconnect()
+
+    run = await finished_run(run)
+    assert run.status == Run.Status.DONE and run.answer == "answer: yes"
+    decided = await database_sync_to_async(Approval.objects.get)(id=approval.id)
+    assert (decided.status, decided.via, decided.decided_by_user_id) == (
+        "approved",
+        "websocket",
+        conversation.user_id,
+    )
+    violations = await database_sync_to_async(
+        RunEvent.objects.filter(conversation=conversation, type="policy_violation").count
+    )()
+    assert violations == 0  # the shell call was covered by the approved confirm
+
+
+async def test_a_declined_confirm_is_sent_as_no(fake_worker):
+    conversation = await conversation_with_mode("confirm")
+    run = await start(conversation)
+    approval = await pending_approval(conversation)
+    tab = await connect(conversation)
+    await tab.send_json_to(
+        {"type": "agent_confirm_response", "approval_id": str(approval.id), "approved": False}
+    )
+    await receive_until(
+        tab, lambda m: m["type"] == "agent_confirm_resolved" and m["status"] == "declined"
+    )
+    await tab.disconnect()
+    run = await finished_run(run)
+    assert run.answer == "answer: no"
+
+
+async def test_an_unanswered_confirm_is_declined_at_its_deadline_and_the_agent_goes_on(worker_node):
+    worker_node.use(FAKE, PAW_SANDBOX_ISOLATION="none", PAW_APPROVAL_TIMEOUT_SECONDS="1")
+    conversation = await conversation_with_mode("confirm")
+    with_deadline = await start(conversation)
+    approval = await pending_approval(conversation)
+    run = await finished_run(with_deadline)
+    assert run.status == Run.Status.DONE and run.answer == "answer: no"
+    expired = await database_sync_to_async(Approval.objects.get)(id=approval.id)
+    assert (expired.status, expired.decided_by) == ("expired", "timeout")
+
+
+async def test_an_unanswered_question_is_answered_unanswered(worker_node):
+    worker_node.use(FAKE, PAW_SANDBOX_ISOLATION="none", PAW_APPROVAL_TIMEOUT_SECONDS="1")
+    conversation = await conversation_with_mode("question")
+    run = await finished_run(await start(conversation))
+    assert run.answer == "answer: Unanswered"
+
+
+async def test_auto_approve_approves_confirms_without_asking(fake_worker):
+    conversation = await conversation_with_mode("confirm", auto_approve=True)
+    run = await finished_run(await start(conversation))
+    assert run.status == Run.Status.DONE and run.answer == "answer: yes"
+    approval = await database_sync_to_async(Approval.objects.get)(run=run)
+    assert (approval.status, approval.decided_by, approval.via) == ("approved", "auto", "auto")
+
+
+async def test_questions_still_go_to_the_person_under_auto_approve(fake_worker):
+    conversation = await conversation_with_mode("question", auto_approve=True)
+    run = await start(conversation)
+    approval = await pending_approval(conversation)
+    tab = await connect(conversation)
+    request = await receive_until(tab, lambda m: m["type"] == "agent_confirm_request")
+    assert request[-1]["questions"][0]["options"][0] == "tips.csv"
+    await tab.send_json_to(
+        {"type": "agent_confirm_response", "approval_id": str(approval.id), "answers": ["tips.csv"]}
+    )
+    await receive_until(tab, lambda m: m["type"] == "agent_confirm_resolved")
+    await tab.disconnect()
+    run = await finished_run(run)
+    assert run.answer == "answer: tips.csv"
+
+
+async def test_a_runtime_that_runs_a_gated_tool_without_asking_is_stopped(fake_worker):
+    conversation = await conversation_with_mode("lying")
+    tab = await connect(conversation)
+    await tab.send_json_to({"type": "resume", "after": 0})
+    run = await start(conversation)
+    seen = await receive_until(tab, lambda m: m["type"] == "run.status" and m["status"] == "error")
+    await tab.disconnect()
+    violation = [
+        m for m in seen if m["type"] == "run.event" and m["event"]["type"] == "policy_violation"
+    ]
+    assert violation and violation[0]["event"]["tools"] == ["shell"]
+    run = await finished_run(run)
+    assert run.errors[0]["code"] == "policy_violation"
+    # The conversation stays usable.
+    await database_sync_to_async((workspace_ensure(conversation.id) / "fake_mode").write_text)(
+        "flood 3"
+    )
+    again = await finished_run(await start(conversation, "again"))
+    assert again.status == Run.Status.DONE
+
+
+async def test_cancel_from_the_socket_ends_the_run(fake_worker):
+    conversation = await conversation_with_mode("flood 2000 0.01")
+    tab = await connect(conversation)
+    run = await start(conversation)
+    await receive_until(tab, lambda m: m["type"] == "run.status" and m["status"] == "running")
+    await tab.send_json_to({"type": "run.cancel", "run_id": str(run.id)})
+    await receive_until(
+        tab, lambda m: m["type"] == "run.status" and m["status"] in ("cancelled", "error")
+    )
+    await tab.disconnect()
+    assert (await finished_run(run)).status in (Run.Status.CANCELLED, Run.Status.ERROR)
+
+
+async def close_code(conversation_id, headers, path_suffix="") -> int:
+    communicator = WebsocketCommunicator(
+        application, f"/ws/conversations/{conversation_id}/{path_suffix}", headers
+    )
+    connected, _ = await communicator.connect()
+    assert connected
+    output = await communicator.receive_output(timeout=5)
+    assert output["type"] == "websocket.close"
+    return output["code"]
+
+
+async def test_sockets_without_a_user_another_users_or_unknown_conversations_are_closed(db):
+    conversation = await database_sync_to_async(ConversationFactory)()
+    origin = [(b"origin", b"http://localhost")]
+    assert await close_code(conversation.id, origin) == 4401
+    stranger = await database_sync_to_async(UserFactory)()
+    cookie = [(b"cookie", f"sessionid={await session_cookie(stranger)}".encode())]
+    assert await close_code(conversation.id, origin + cookie) == 4403
+    assert await close_code("00000000-0000-0000-0000-000000000000", origin + cookie) == 4404
+    assert await close_code("not-a-uuid", origin + cookie) == 4404
+
+
+async def test_a_jwt_in_the_query_or_subprotocol_authenticates_integrations(db):
+    conversation = await database_sync_to_async(ConversationFactory)()
+    token = str(await database_sync_to_async(AccessToken.for_user)(conversation.user))
+    origin = [(b"origin", b"http://localhost")]
+    via_query = WebsocketCommunicator(
+        application, f"/ws/conversations/{conversation.id}/?token={token}", origin
+    )
+    assert (await via_query.connect())[0]
+    await via_query.send_json_to({"type": "ping"})
+    assert await via_query.receive_json_from() == {"type": "pong"}
+    await via_query.disconnect()
+    via_protocol = WebsocketCommunicator(
+        application, f"/ws/conversations/{conversation.id}/", origin, subprotocols=["paw", token]
+    )
+    connected, subprotocol = await via_protocol.connect()
+    assert connected and subprotocol == "paw"
+    await via_protocol.send_json_to({"type": "ping"})
+    assert await via_protocol.receive_json_from() == {"type": "pong"}
+    await via_protocol.disconnect()
+    assert await close_code(conversation.id, origin, "?token=not-a-token") == 4401
+    stranger_token = str(
+        await database_sync_to_async(AccessToken.for_user)(
+            await database_sync_to_async(UserFactory)()
+        )
+    )
+    assert await close_code(conversation.id, origin, f"?token={stranger_token}") == 4403
+
+
+async def test_bad_messages_get_an_error_and_the_socket_stays_usable(db):
+    conversation = await database_sync_to_async(ConversationFactory)()
+    tab = await connect(conversation)
+    cases = [
+        ("not json", "bad_json"),
+        ("[1, 2]", "bad_message"),
+        (json.dumps({"type": "launch_missiles"}), "unknown_type"),
+        (json.dumps({"type": "resume", "after": "ten"}), "invalid"),
+        (json.dumps({"type": "resume", "after": -1}), "invalid"),
+        (json.dumps({"type": "x", "pad": "a" * 70_000}), "too_large"),
+        (
+            json.dumps({"type": "agent_confirm_response", "approval_id": "nope", "approved": True}),
+            "not_found",
+        ),
+        (
+            json.dumps({"type": "run.cancel", "run_id": "00000000-0000-0000-0000-000000000000"}),
+            "not_found",
+        ),
+    ]
+    for text, code in cases:
+        await tab.send_to(text_data=text)
+        reply = await tab.receive_json_from()
+        assert (reply["type"], reply["code"]) == ("error", code), text[:40]
+        assert reply["detail"]
+    await tab.send_json_to({"type": "ping"})
+    assert await tab.receive_json_from() == {"type": "pong"}
+    await tab.disconnect()
+
+
+async def test_a_flood_of_client_messages_is_rate_limited(db):
+    conversation = await database_sync_to_async(ConversationFactory)()
+    tab = await connect(conversation)
+    for _ in range(60):
+        await tab.send_json_to({"type": "ping"})
+    replies = [await tab.receive_json_from() for _ in range(60)]
+    assert {
+        "type": "error",
+        "code": "rate_limited",
+        "detail": "Too many messages; slow down.",
+    } in replies
+    assert replies[0] == {"type": "pong"}
+    await tab.disconnect()
