@@ -7,6 +7,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.db import models
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
@@ -108,12 +109,15 @@ class DatasourceAdmin(admin.ModelAdmin):
         for datasource in queryset:
             result = datasource_test(datasource=datasource, user=request.user)
             level = messages.SUCCESS if result.ok else messages.ERROR
-            self.message_user(request, f"{datasource.slug}: {result.message}", level)
+            self.message_user(
+                request, f"Test connection of {datasource.slug}: {result.message}", level
+            )
 
 
 @admin.register(CustomProvider)
 class CustomProviderAdmin(admin.ModelAdmin):
     list_display = ("name", "label", "base_url", "key_secret_name", "default_model", "enabled")
+    formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
     list_filter = ("enabled",)
     search_fields = ("name", "label", "base_url")
 

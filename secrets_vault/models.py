@@ -60,7 +60,9 @@ class Secret(models.Model):
         GLOBAL = "global"
         USER = "user"
 
-    name = models.CharField(max_length=64, validators=[secret_name_validator])
+    name = models.CharField(
+        max_length=64, validators=[secret_name_validator, secret_name_check_reserved]
+    )
     scope = models.CharField(max_length=8, choices=Scope.choices, default=Scope.USER)
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL,
@@ -101,10 +103,6 @@ class Secret(models.Model):
 
     def __str__(self) -> str:
         return self.name if self.scope == self.Scope.GLOBAL else f"{self.name} ({self.owner})"
-
-    def clean(self) -> None:
-        if self.name:
-            secret_name_check_reserved(self.name)
 
 
 DATASOURCE_SLUG_PATTERN = r"^[a-z][a-z0-9_-]{0,62}$"

@@ -30,7 +30,10 @@ def validation_error_as_domain(error: ValidationError) -> InvalidRequest:
     """A Django ``ValidationError`` as ``InvalidRequest`` (400): one readable ``detail``
     and the messages per field in ``fields``. Messages never contain secret values."""
     if hasattr(error, "error_dict"):
-        fields = {name: [str(m) for m in messages] for name, messages in error.message_dict.items()}
+        fields = {
+            ("non_field_errors" if name == "__all__" else name): [str(m) for m in messages]
+            for name, messages in error.message_dict.items()
+        }
     else:
         fields = {"non_field_errors": [str(m) for m in error.messages]}
     detail = " ".join(

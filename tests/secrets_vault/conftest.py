@@ -79,17 +79,17 @@ def make_client(scanned):
 
 @pytest.fixture
 def alice(db):
-    return get_user_model().objects.create_user("alice", password="pw-alice-123456")
+    return get_user_model().objects.create_user("alice")
 
 
 @pytest.fixture
 def bob(db):
-    return get_user_model().objects.create_user("bob", password="pw-bob-123456")
+    return get_user_model().objects.create_user("bob")
 
 
 @pytest.fixture
 def operator(db):
-    return get_user_model().objects.create_superuser("operator", password="pw-op-123456")
+    return get_user_model().objects.create_superuser("operator", password=None)
 
 
 @pytest.fixture

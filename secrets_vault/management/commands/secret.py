@@ -27,6 +27,9 @@ class Command(BaseCommand):
         "names and dates, never values."
     )
 
+    # call_command(..., stdin=io.StringIO(...)) in tests, like createsuperuser.
+    stealth_options = ("stdin",)
+
     def add_arguments(self, parser: CommandParser) -> None:
         actions = parser.add_subparsers(dest="action", required=True)
         set_ = actions.add_parser("set", help="create or replace a secret (value from stdin)")
@@ -40,6 +43,7 @@ class Command(BaseCommand):
         list_.add_argument("--user", help="only this user's secrets")
 
     def handle(self, *args: Any, action: str, **options: Any) -> None:
+        self.stdin = options.get("stdin") or sys.stdin
         user = self._user(options.get("user"))
         try:
             if action == "set":
@@ -60,10 +64,9 @@ class Command(BaseCommand):
         return user
 
     def _read_value(self) -> str:
-        stdin = self.stdin if hasattr(self, "stdin") else sys.stdin
-        if stdin.isatty():
+        if self.stdin.isatty():
             return getpass.getpass("Value (not echoed): ")
-        value = stdin.read()
+        value = self.stdin.read()
         return value[:-1] if value.endswith("\n") else value
 
     def _set(self, name: str, user, description: str | None) -> None:
