@@ -9,7 +9,9 @@ from django import forms
 from django.contrib import admin, messages
 from django.db import models
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
+from django.utils.decorators import method_decorator
+from django.views.decorators.debug import sensitive_post_parameters
 
 from secrets_vault.models import CustomProvider, Datasource, Secret
 from secrets_vault.services import (
@@ -66,6 +68,11 @@ class SecretAdmin(admin.ModelAdmin):
         "updated_at",
         "last_used_at",
     )
+
+    @method_decorator(sensitive_post_parameters("new_value"))
+    def changeform_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        # Error reports (DEBUG pages, mailed errors) show the value as stars.
+        return super().changeform_view(request, *args, **kwargs)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Secret]:
         # Values are never loaded for a page.

@@ -24,6 +24,9 @@ class DatasourceListApi(APIView):
     """``GET /api/datasources``: the enabled datasources a run may be given."""
 
     class OutputSerializer(serializers.Serializer):
+        class Meta:
+            ref_name = "DatasourceListOutput"
+
         datasources = DatasourceOutput(many=True)
 
     @extend_schema(responses=OutputSerializer, summary="List the datasources runs may use")

@@ -61,6 +61,9 @@ class AdminSecretListApi(APIView):
     permission_classes = (IsAdminUser,)
 
     class InputSerializer(serializers.Serializer):
+        class Meta:
+            ref_name = "AdminSecretListInput"
+
         name = serializers.CharField(max_length=64)
         scope = serializers.ChoiceField(choices=Secret.Scope.choices, default=Secret.Scope.GLOBAL)
         owner = serializers.CharField(required=False, allow_null=True, allow_blank=True)
@@ -68,9 +71,16 @@ class AdminSecretListApi(APIView):
         description = serializers.CharField(max_length=500, required=False, allow_blank=True)
 
     class OutputSerializer(serializers.Serializer):
+        class Meta:
+            ref_name = "AdminSecretListOutput"
+
         secrets = AdminSecretOutput(many=True)
 
-    @extend_schema(responses=OutputSerializer, summary="List all secrets (never values)")
+    @extend_schema(
+        responses=OutputSerializer,
+        summary="List all secrets (never values)",
+        operation_id="admin_secrets_list",
+    )
     def get(self, request: Request) -> Response:
         return Response(self.OutputSerializer({"secrets": secret_list_all()}).data)
 
@@ -95,6 +105,9 @@ class AdminSecretDetailApi(APIView):
     permission_classes = (IsAdminUser,)
 
     class InputSerializer(serializers.Serializer):
+        class Meta:
+            ref_name = "AdminSecretUpdateInput"
+
         value = serializers.CharField(trim_whitespace=False, allow_blank=True, required=False)
         description = serializers.CharField(max_length=500, required=False, allow_blank=True)
 
@@ -156,9 +169,12 @@ class AdminDatasourceListApi(APIView):
     permission_classes = (IsAdminUser,)
 
     class OutputSerializer(serializers.Serializer):
+        class Meta:
+            ref_name = "AdminDatasourceListOutput"
+
         datasources = AdminDatasourceOutput(many=True)
 
-    @extend_schema(responses=OutputSerializer)
+    @extend_schema(responses=OutputSerializer, operation_id="admin_datasources_list")
     def get(self, request: Request) -> Response:
         datasources = datasource_list(enabled_only=False)
         return Response(self.OutputSerializer({"datasources": datasources}).data)
@@ -200,6 +216,9 @@ class AdminDatasourceTestApi(APIView):
     permission_classes = (IsAdminUser,)
 
     class OutputSerializer(serializers.Serializer):
+        class Meta:
+            ref_name = "AdminDatasourceTestOutput"
+
         ok = serializers.BooleanField()
         message = serializers.CharField()
 

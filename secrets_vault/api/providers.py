@@ -28,6 +28,9 @@ class ProviderListApi(APIView):
     (and why not), its default model and models (live list, cached)."""
 
     class OutputSerializer(serializers.Serializer):
+        class Meta:
+            ref_name = "ProviderListOutput"
+
         providers = ProviderOutput(many=True)
 
     @extend_schema(responses=OutputSerializer, summary="List model providers")
@@ -41,10 +44,16 @@ class ProviderDefaultApi(APIView):
     ("" when none); ``PUT`` sets it (validated like a run's choice; empty clears)."""
 
     class InputSerializer(serializers.Serializer):
+        class Meta:
+            ref_name = "ProviderDefaultInput"
+
         llm_provider = serializers.CharField(max_length=64, allow_blank=True)
         llm_model = serializers.CharField(max_length=200, allow_blank=True, required=False)
 
     class OutputSerializer(serializers.Serializer):
+        class Meta:
+            ref_name = "ProviderDefaultOutput"
+
         llm_provider = serializers.CharField()
         llm_model = serializers.CharField()
 

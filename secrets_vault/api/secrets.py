@@ -27,6 +27,9 @@ class SecretListApi(APIView):
     """``GET /api/secrets``: the caller's secrets (names, descriptions, dates)."""
 
     class OutputSerializer(serializers.Serializer):
+        class Meta:
+            ref_name = "SecretListOutput"
+
         secrets = SecretOutput(many=True)
 
     @extend_schema(responses=OutputSerializer, summary="List your secrets (never values)")
@@ -40,6 +43,9 @@ class SecretDetailApi(APIView):
     secrets (201 when new, 200 when replaced); ``DELETE`` removes it (204)."""
 
     class InputSerializer(serializers.Serializer):
+        class Meta:
+            ref_name = "SecretSetInput"
+
         # Kept exactly as sent: leading or trailing spaces may belong to the value.
         value = serializers.CharField(trim_whitespace=False, allow_blank=True)
         description = serializers.CharField(max_length=500, required=False, allow_blank=True)
