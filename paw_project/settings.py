@@ -53,7 +53,7 @@ SECRET_KEY_FALLBACKS = env.list("PAW_SECRET_KEY_FALLBACKS", default=[])
 # SALT_KEY), newest first: each value is encrypted under SECRET_KEY with the first salt and
 # stays readable under every (key, salt) pair, so a rotation prepends a new salt (or key)
 # and then runs `manage.py secrets_reencrypt`. Not a secret itself.
-SALT_KEY = env.list("PAW_SALT_KEYS", default=["paw-secrets-vault"])
+SALT_KEY = env.list("PAW_SALT_KEYS", default=[]) or ["paw-secrets-vault"]
 
 ALLOWED_HOSTS = env.list("PAW_ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env.list("PAW_CSRF_TRUSTED_ORIGINS", default=[])

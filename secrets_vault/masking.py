@@ -95,6 +95,51 @@ def _compiled(items: tuple[tuple[str, str], ...]) -> tuple[re.Pattern[str] | Non
     return re.compile("|".join(re.escape(value) for value in ordered)), names
 
 
+class StreamMasker:
+    """Masks text that arrives in pieces (``delta`` lines), where a secret value may be
+    split across two pieces and so escape :func:`mask_text` applied to each piece.
+
+    :meth:`feed` returns the masked text that is safe to send now and holds back the
+    shortest tail that could still be the start of a secret value (never more than the
+    longest value's length minus one characters); :meth:`flush` returns the rest at the
+    end of the stream (the run's ``result``). The output, concatenated, equals
+    ``mask_text`` of the whole stream. One instance per stream; not thread-safe.
+    """
+
+    def __init__(self, secret_values: Mapping[str, str]) -> None:
+        self._secret_values = dict(secret_values)
+        self._pattern, _ = _compiled(_key(self._secret_values))
+        self._values = sorted({v for _, v in _key(self._secret_values)}, key=len)
+        self._pending = ""
+
+    def feed(self, text: str) -> str:
+        """The masked text that can be sent now (possibly "")."""
+        buffer = self._pending + text
+        if self._pattern is None:
+            return buffer
+        cut = len(buffer) - self._held_length(buffer)
+        for match in self._pattern.finditer(buffer):
+            if match.start() < cut < match.end():
+                cut = match.end()  # never split a whole value; the regex would take it
+        self._pending = buffer[cut:]
+        return mask_text(buffer[:cut], self._secret_values)
+
+    def flush(self) -> str:
+        """Whatever is still held back, masked; the stream is then empty."""
+        rest, self._pending = self._pending, ""
+        return mask_text(rest, self._secret_values)
+
+    def _held_length(self, buffer: str) -> int:
+        """Length of the longest suffix of ``buffer`` that is a proper prefix of a value."""
+        longest = 0
+        for value in self._values:
+            for length in range(min(len(value) - 1, len(buffer)), longest, -1):
+                if buffer.endswith(value[:length]):
+                    longest = length
+                    break
+        return longest
+
+
 # --- Log lines --------------------------------------------------------------------------
 
 _known_lock = threading.Lock()
@@ -133,14 +178,21 @@ class SecretMaskingFilter(logging.Filter):
         known = secret_values_known()
         if not known:
             return True
-        message = record.getMessage()
+        try:
+            message = record.getMessage()
+        except Exception:  # a malformed call: let the handler report it, as logging does
+            return True
         masked = mask_text(message, known)
         if masked != message:
             record.msg, record.args = masked, None
         if record.exc_info and not record.exc_text:
             record.exc_text = logging.Formatter().formatException(record.exc_info)
         if record.exc_text:
-            record.exc_text = mask_text(record.exc_text, known)
+            masked = mask_text(record.exc_text, known)
+            if masked != record.exc_text:
+                # Formatters (text and JSON) print exc_text when exc_info is gone; with
+                # exc_info kept, the JSON one would format the traceback afresh.
+                record.exc_text, record.exc_info = masked, None
         if record.stack_info:
             record.stack_info = mask_text(record.stack_info, known)
         return True

@@ -12,6 +12,7 @@ from django.conf import settings
 from secrets_vault.masking import (
     MIN_MASKED_LENGTH,
     SecretMaskingFilter,
+    StreamMasker,
     mask_secrets,
     mask_text,
     secret_values_register,
@@ -111,3 +112,50 @@ def test_the_configured_log_handlers_mask_secret_values():
     output = stream.getvalue()
     assert "leaking [secret:LOG_WIRED_SECRET]?" in output
     assert "wired-secret-5c3e0f" not in output
+
+
+def test_json_log_lines_mask_tracebacks_too():
+    from pythonjsonlogger.json import JsonFormatter
+
+    secret_values_register({"JSON_LOG_SECRET": "json-log-secret-77aa"})
+    try:
+        raise RuntimeError("boom json-log-secret-77aa")
+    except RuntimeError:
+        import sys
+
+        record = _record("failed", exc_info=sys.exc_info())
+    SecretMaskingFilter().filter(record)
+    line = JsonFormatter("%(message)s").format(record)
+    assert "json-log-secret-77aa" not in line
+    assert "boom [secret:JSON_LOG_SECRET]" in line
+
+
+def test_a_malformed_log_call_is_left_to_the_handler():
+    secret_values_register({"ANY_SECRET": "any-secret-value"})
+    record = _record("%s %s", "only one")
+    assert SecretMaskingFilter().filter(record) is True
+
+
+def test_a_value_split_across_streamed_deltas_is_still_masked():
+    values = {"API_KEY": "sk-live-4f8a9b2c", "PW": "hunter2-pw"}
+    stream = ["The key is sk-li", "ve-4f8", "a9b2c and the pass", "word is hun", "ter2-pw", ". sk-"]
+    masker = StreamMasker(values)
+    sent = []
+    for piece in stream:
+        out = masker.feed(piece)
+        sent.append(out)
+        assert "sk-live-4f8a9b2c" not in "".join(sent) and "hunter2-pw" not in "".join(sent)
+    sent.append(masker.flush())
+    assert "".join(sent) == mask_text("".join(stream), values)
+    assert "".join(sent) == ("The key is [secret:API_KEY] and the password is [secret:PW]. sk-")
+    assert sent[0] == "The key is ", "only a possible start of a value is held back"
+
+
+def test_a_stream_without_secrets_is_passed_through_at_once():
+    masker = StreamMasker({})
+    assert masker.feed("hello ") == "hello "
+    assert masker.flush() == ""
+    masker = StreamMasker({"K": "abcdef"})
+    assert masker.feed("xyz") == "xyz"
+    assert masker.feed("abc") == ""
+    assert masker.feed("q") == "abcq"
