@@ -113,7 +113,9 @@ def _choose(
         if not active:
             raise InvalidRequest(NO_PROVIDER_MESSAGE, code="no_provider")
         name = active[0].name
-        source = "the server default" if name == DEFAULT_PROVIDER_NAME else "the first active"
+        source = (
+            "the server default" if name == DEFAULT_PROVIDER_NAME else "the first active provider"
+        )
 
     state = by_name.get(name)
     if state is None:
