@@ -49,6 +49,11 @@ if not SECRET_KEY:
 # Older keys, newest first after SECRET_KEY: sessions, tokens and encrypted fields made
 # under them stay readable during a key rotation (Django SECRET_KEY_FALLBACKS).
 SECRET_KEY_FALLBACKS = env.list("PAW_SECRET_KEY_FALLBACKS", default=[])
+# Salts of the secrets vault's encryption keys (django-fernet-encrypted-fields reads
+# SALT_KEY), newest first: each value is encrypted under SECRET_KEY with the first salt and
+# stays readable under every (key, salt) pair, so a rotation prepends a new salt (or key)
+# and then runs `manage.py secrets_reencrypt`. Not a secret itself.
+SALT_KEY = env.list("PAW_SALT_KEYS", default=[]) or ["paw-secrets-vault"]
 
 ALLOWED_HOSTS = env.list("PAW_ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env.list("PAW_CSRF_TRUSTED_ORIGINS", default=[])
@@ -221,10 +226,18 @@ PAW_HISTORY_TURNS = env.int("PAW_HISTORY_TURNS", default=12)
 PAW_NODE_HEARTBEAT_SECONDS = env.float("PAW_NODE_HEARTBEAT_SECONDS", default=5.0)
 PAW_NODE_DEAD_SECONDS = env.int("PAW_NODE_DEAD_SECONDS", default=60)
 
-# The server-wide default model provider (any OpenAI-compatible endpoint).
+# --- Model providers and datasources (secrets_vault) -----------------------------------
+
+# The server-wide default provider, shown as provider `default`: active when the base URL
+# or the key is set. Without a model, the first model the endpoint lists is used.
 PAW_LLM_BASE_URL = env.str("PAW_LLM_BASE_URL", default="")
 PAW_LLM_API_KEY = env.str("PAW_LLM_API_KEY", default="")
 PAW_LLM_MODEL = env.str("PAW_LLM_MODEL", default="")
+# A provider's live model list (`GET /models`): how long to wait for it (seconds) and how
+# long to keep it in the cache (seconds). An unreachable provider falls back to its known
+# models, remembered for a tenth of that time so a dead endpoint does not slow every page.
+PAW_PROVIDER_MODELS_TIMEOUT = env.float("PAW_PROVIDER_MODELS_TIMEOUT", default=3.0)
+PAW_PROVIDER_MODELS_CACHE_SECONDS = env.int("PAW_PROVIDER_MODELS_CACHE_SECONDS", default=300)
 
 # --- REST framework, JWT, OpenAPI -------------------------------------------------------
 
@@ -314,7 +327,11 @@ PAW_LOG_LEVEL = env.str("PAW_LOG_LEVEL", default="INFO").upper()
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"request_id": {"()": "paw_project.logging.RequestIdFilter"}},
+    "filters": {
+        "request_id": {"()": "paw_project.logging.RequestIdFilter"},
+        # Replaces secret values handed to sandboxes by [secret:NAME] in every log line.
+        "secrets": {"()": "secrets_vault.masking.SecretMaskingFilter"},
+    },
     "formatters": {
         "text": {
             "format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s",
@@ -328,7 +345,7 @@ LOGGING = {
     "handlers": {
         "console": {
             "class": "logging.StreamHandler",
-            "filters": ["request_id"],
+            "filters": ["request_id", "secrets"],
             "formatter": "json" if PAW_LOG_JSON else "text",
         },
     },

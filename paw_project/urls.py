@@ -15,6 +15,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("api/", include("secrets_vault.api.urls")),
     path("", include("conversations.urls")),
     # Unknown API paths answer JSON, in DEBUG too.
     re_path(r"^api/", not_found),

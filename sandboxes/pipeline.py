@@ -262,6 +262,15 @@ class EventPipeline:
                 drafts = []
                 for sandbox, entry in entries:
                     line_type, kind, payload = _payload(entry)
+                    if line_type in ("start", "result"):
+                        held = sandbox.flush_stream()  # a stream's last piece, before its end
+                        if held and line_type == "result":
+                            drafts.append(
+                                event_services.EventDraft(
+                                    run_id=entry.run_id, type="delta",
+                                    payload={"type": "delta", "text": held, "run_id": str(entry.run_id)},
+                                )
+                            )  # fmt: skip
                     payload = sandbox.mask(payload)
                     drafts.append(
                         event_services.EventDraft(

@@ -27,6 +27,7 @@ from django.conf import settings
 
 from sandboxes import protocol
 from sandboxes.launch import SandboxSpec, build_command, build_environment
+from secrets_vault.masking import StreamMasker, mask_secrets
 
 logger = logging.getLogger(__name__)
 
@@ -89,6 +90,7 @@ class SandboxProcess:
         self.forced_at: float | None = None
         # Gated tool calls seen per run (each needs one approved confirm before it).
         self.gated_calls: dict[uuid.UUID, int] = {}
+        self._stream_masker: StreamMasker | None = None
         self._ready = threading.Event()
         self._ready_error: str | None = None
         self._write_lock = threading.Lock()
@@ -189,12 +191,28 @@ class SandboxProcess:
 
     def mask(self, payload: dict[str, Any]) -> dict[str, Any]:
         """``payload`` with every secret value given to this sandbox replaced by
-        ``[secret:NAME]`` (what PAW stores and sends)."""
-        return mask_values(payload, self.spec.secret_values)
+        ``[secret:NAME]`` (what PAW stores and sends). Streamed text (``delta``) goes
+        through one :class:`StreamMasker` per run, so a value split across two deltas is
+        masked too; the piece it holds back comes out in a later delta or at the end
+        (:meth:`flush_stream`)."""
+        values = self.spec.secret_values
+        if not values:
+            return payload
+        if payload.get("type") == "delta" and isinstance(payload.get("text"), str):
+            if self._stream_masker is None:
+                self._stream_masker = StreamMasker(values)
+            rest = mask_secrets({k: v for k, v in payload.items() if k != "text"}, values)
+            return {**rest, "text": self._stream_masker.feed(payload["text"])}
+        return mask_secrets(payload, values)
+
+    def flush_stream(self) -> str:
+        """Streamed text the masker still holds (call at the run's end), masked."""
+        masker, self._stream_masker = self._stream_masker, None
+        return masker.flush() if masker is not None else ""
 
     def mask_text(self, text: str) -> str:
         """``text`` with the sandbox's secret values masked."""
-        return mask_values(text, self.spec.secret_values)
+        return mask_secrets(text, self.spec.secret_values) if self.spec.secret_values else text
 
     # --- ops ----------------------------------------------------------------------------
 
@@ -368,16 +386,6 @@ class SandboxProcess:
         for waiter in list(self._waiters.values()):
             waiter.event.set()
         self._sink(self, None, returncode=returncode)
-
-
-def mask_values(value: Any, secret_values: dict[str, str]) -> Any:
-    """``value`` (a JSON-like object or a string) with each secret value replaced by
-    ``[secret:NAME]``; unchanged when no secrets were given to the sandbox."""
-    if not secret_values:
-        return value
-    from secrets_vault.masking import mask_secrets
-
-    return mask_secrets(value, secret_values)
 
 
 def kill_marked_processes(marker: str) -> int:

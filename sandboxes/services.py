@@ -26,17 +26,14 @@ from conversations.models import Approval, Conversation, Run
 from conversations.services import events as event_services
 from conversations.services import runs as run_services
 from conversations.workspaces import workspace_ensure, workspace_path
-from paw_project.errors import InvalidRequest
+from paw_project.errors import DomainError
 from sandboxes.launch import SandboxSpec
 from sandboxes.models import Sandbox, WorkerNode
 from sandboxes.node import Node, current_node, deliver_answer
 from sandboxes.pool import SandboxError, SandboxProcess, ready_timeout
+from secrets_vault.services import datasources_validate, provider_resolve, sandbox_environment
 
 logger = logging.getLogger(__name__)
-
-#: Provider name of the server-wide default model endpoint (``PAW_LLM_*``).
-DEFAULT_PROVIDER = "default"
-
 
 # --- planning and routing (web side) ----------------------------------------------------------
 
@@ -54,50 +51,38 @@ def run_plan(
     *, user: Any, conversation: Conversation, llm_provider: str | None, llm_model: str | None,
     datasources: list[str],
 ) -> RunPlan:  # fmt: skip
-    """Validate a run's provider, model and datasources before it is created.
+    """Validate a run's provider, model and datasources before it is created (provider
+    precedence and activation: ``secrets_vault.services.provider_resolve``).
 
-    Uses the server-wide default provider (``PAW_LLM_BASE_URL``, ``PAW_LLM_API_KEY``,
-    ``PAW_LLM_MODEL``). Raises :class:`InvalidRequest`: ``no_provider`` when no model
-    endpoint is configured, ``unknown_provider`` for another provider name,
-    ``unknown_datasource`` for any datasource.
+    Raises :class:`InvalidRequest` with the reason: ``no_provider``, ``unknown_provider``,
+    ``provider_inactive``, ``unknown_model``, ``unknown_datasource``.
     """
-    provider = llm_provider or conversation.llm_provider or DEFAULT_PROVIDER
-    if provider != DEFAULT_PROVIDER:
-        raise InvalidRequest(f"Unknown model provider {provider!r}.", code="unknown_provider")
-    if not settings.PAW_LLM_BASE_URL:
-        raise InvalidRequest(
-            "No model provider is configured: set PAW_LLM_BASE_URL (and PAW_LLM_API_KEY, "
-            "PAW_LLM_MODEL) for the server.",
-            code="no_provider",
-        )
-    if datasources:
-        raise InvalidRequest(
-            f"Unknown datasource(s): {', '.join(datasources)}.", code="unknown_datasource"
-        )
-    model = llm_model or conversation.llm_model or settings.PAW_LLM_MODEL
-    return RunPlan(provider=provider, model=model, datasources=[])
+    choice = provider_resolve(
+        user=user, conversation=conversation, llm_provider=llm_provider, llm_model=llm_model
+    )
+    slugs = datasources_validate(slugs=datasources)
+    return RunPlan(provider=choice.name, model=choice.model, datasources=slugs)
 
 
 def sandbox_spec_for(run: Run) -> SandboxSpec:
-    """What the run's sandbox must be started with (provider endpoint and key, workspace).
-
-    The key never leaves the worker: it is looked up here, at dispatch time.
-    """
-    env = {
-        "OPENAI_BASE_URL": settings.PAW_LLM_BASE_URL,
-        "OPENAI_API_KEY": settings.PAW_LLM_API_KEY or "none",
-        "OPENAI_MODEL": run.model,
-    }
-    secret_values = (
-        {"PAW_LLM_API_KEY": settings.PAW_LLM_API_KEY} if settings.PAW_LLM_API_KEY else {}
+    """What the run's sandbox must be started with: the provider's endpoint, key and
+    model, the user's secrets and the datasources the run may use, and the secret values
+    among them (for masking). Keys are looked up here, on the worker, at dispatch time:
+    they never travel through the broker. Raises :class:`InvalidRequest` when the run's
+    provider or datasources are no longer usable (key deleted, datasource disabled)."""
+    choice = provider_resolve(
+        user=run.user, conversation=run.conversation, llm_provider=run.provider, llm_model=run.model
+    )
+    environment = sandbox_environment(
+        user=run.user, datasource_slugs=run.datasources, provider=choice
     )
     return SandboxSpec(
         conversation_id=str(run.conversation_id),
         workspace=workspace_ensure(run.conversation_id),
-        provider=run.provider,
-        model=run.model,
-        env=env,
-        secret_values=secret_values,
+        provider=choice.name,
+        model=choice.model,
+        env=environment.env,
+        secret_values=environment.secret_values,
     )
 
 
@@ -185,6 +170,7 @@ def run_dispatch(*, run_id: uuid.UUID) -> None:
     if run is None:
         return
     try:
+        run = Run.objects.select_related("user", "conversation").get(id=run.id)
         spec = sandbox_spec_for(run)
         with node.pool.conversation_lock(run.conversation_id):
             sandbox = _sandbox_for(node, run, spec)
@@ -197,6 +183,8 @@ def run_dispatch(*, run_id: uuid.UUID) -> None:
                 sandbox.send("cancel", run_id=str(run.id))
     except SandboxError as exc:
         run_services.run_fail(run_id=run.id, code=exc.code, message=str(exc))
+    except DomainError as exc:  # the provider or a datasource became unusable meanwhile
+        run_services.run_fail(run_id=run.id, code=exc.code, message=exc.detail)
     except Exception as exc:
         logger.exception("run %s: dispatch failed", run.id)
         run_services.run_fail(

@@ -1,41 +1,198 @@
-"""Masking of secret values in what PAW stores, sends and logs."""
+"""Masking of secret values: in events, answers, errors and log lines.
+
+Every secret value handed to a sandbox (its owner's secrets, the provider key, the
+datasource passwords and URLs) is known by name to the code that handed it out; whatever
+PAW stores or sends afterwards goes through :func:`mask_secrets`, which replaces each
+occurrence of a value by ``[secret:NAME]`` — also inside longer text, so a value the agent
+prints is masked too.
+
+Values shorter than :data:`MIN_MASKED_LENGTH` characters are not masked: a 1-3 character
+"secret" (``"1"``, ``"yes"``) would turn every number and word containing it into noise,
+and such a value protects nothing anyway.
+
+Imports nothing from Django: the logging configuration loads :class:`SecretMaskingFilter`
+before the apps are ready.
+"""
 
 from __future__ import annotations
 
+import functools
+import logging
+import re
+import threading
+from collections.abc import Mapping
 from typing import Any
 
-#: Values shorter than this are not masked: replacing "1" or "abc" everywhere would
-#: mangle ordinary text and reveal nothing worth hiding.
+#: Values shorter than this many characters are left alone (see the module docstring).
 MIN_MASKED_LENGTH = 4
 
 
-def mask_secrets(value: Any, secret_values: dict[str, str]) -> Any:
-    """A copy of ``value`` (str, or dicts/lists of them, nested) with every occurrence of
-    each secret value replaced by ``[secret:NAME]``. Longer values are replaced first, so a
-    value containing another is masked whole. Keys of dicts are masked too; other types
-    are returned as they are."""
-    pairs = sorted(
-        (
-            (secret, name)
-            for name, secret in secret_values.items()
-            if secret and len(secret) >= MIN_MASKED_LENGTH
-        ),
-        key=lambda pair: len(pair[0]),
-        reverse=True,
+def mask_text(text: str, secret_values: Mapping[str, str]) -> str:
+    """``text`` with every occurrence of each value of ``secret_values`` (``NAME → value``)
+    replaced by ``[secret:NAME]``, longest values first (so a value containing another is
+    masked whole). Values under :data:`MIN_MASKED_LENGTH` characters are ignored."""
+    pattern, names = _compiled(_key(secret_values))
+    if pattern is None:
+        return text
+    return pattern.sub(lambda match: f"[secret:{names[match.group(0)]}]", text)
+
+
+def mask_secrets(obj: Any, secret_values: Mapping[str, str]) -> Any:
+    """A copy of the JSON-like ``obj`` (dicts, lists, tuples, strings; other scalars
+    unchanged) with every secret value replaced by ``[secret:NAME]`` in every string,
+    dict keys included. ``secret_values`` maps ``NAME → value`` (as in
+    ``SandboxEnvironment.secret_values``); when one value has several names, the first
+    name in the mapping's order is shown. Never mutates ``obj``."""
+    pattern, names = _compiled(_key(secret_values))
+    if pattern is None:
+        return _copy(obj)
+
+    def text(value: str) -> str:
+        return pattern.sub(lambda match: f"[secret:{names[match.group(0)]}]", value)
+
+    def walk(value: Any) -> Any:
+        if isinstance(value, str):
+            return text(value)
+        if isinstance(value, dict):
+            return {
+                (text(key) if isinstance(key, str) else key): walk(item)
+                for key, item in value.items()
+            }
+        if isinstance(value, list | tuple):
+            return [walk(item) for item in value]
+        return value
+
+    return walk(obj)
+
+
+def _copy(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {key: _copy(item) for key, item in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_copy(item) for item in obj]
+    return obj
+
+
+def _key(secret_values: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """A hashable, order-preserving form of the mapping (for the compiled-pattern cache)."""
+    return tuple(
+        (name, value)
+        for name, value in secret_values.items()
+        if isinstance(value, str) and len(value) >= MIN_MASKED_LENGTH
     )
-    if not pairs:
-        return value
-    return _mask(value, pairs)
 
 
-def _mask(value: Any, pairs: list[tuple[str, str]]) -> Any:
-    if isinstance(value, str):
-        for secret, name in pairs:
-            if secret in value:
-                value = value.replace(secret, f"[secret:{name}]")
-        return value
-    if isinstance(value, dict):
-        return {_mask(k, pairs): _mask(v, pairs) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_mask(item, pairs) for item in value]
-    return value
+@functools.lru_cache(maxsize=128)
+def _compiled(items: tuple[tuple[str, str], ...]) -> tuple[re.Pattern[str] | None, dict[str, str]]:
+    """One alternation of all values, longest first: at any position the regex engine
+    takes the first alternative that matches, so the longest value wins."""
+    names: dict[str, str] = {}
+    for name, value in items:
+        names.setdefault(value, name)
+    if not names:
+        return None, names
+    ordered = sorted(names, key=len, reverse=True)
+    return re.compile("|".join(re.escape(value) for value in ordered)), names
+
+
+class StreamMasker:
+    """Masks text that arrives in pieces (``delta`` lines), where a secret value may be
+    split across two pieces and so escape :func:`mask_text` applied to each piece.
+
+    :meth:`feed` returns the masked text that is safe to send now and holds back the
+    shortest tail that could still be the start of a secret value (never more than the
+    longest value's length minus one characters); :meth:`flush` returns the rest at the
+    end of the stream (the run's ``result``). The output, concatenated, equals
+    ``mask_text`` of the whole stream. One instance per stream; not thread-safe.
+    """
+
+    def __init__(self, secret_values: Mapping[str, str]) -> None:
+        self._secret_values = dict(secret_values)
+        self._pattern, _ = _compiled(_key(self._secret_values))
+        self._values = sorted({v for _, v in _key(self._secret_values)}, key=len)
+        self._pending = ""
+
+    def feed(self, text: str) -> str:
+        """The masked text that can be sent now (possibly "")."""
+        buffer = self._pending + text
+        if self._pattern is None:
+            return buffer
+        cut = len(buffer) - self._held_length(buffer)
+        for match in self._pattern.finditer(buffer):
+            if match.start() < cut < match.end():
+                cut = match.end()  # never split a whole value; the regex would take it
+        self._pending = buffer[cut:]
+        return mask_text(buffer[:cut], self._secret_values)
+
+    def flush(self) -> str:
+        """Whatever is still held back, masked; the stream is then empty."""
+        rest, self._pending = self._pending, ""
+        return mask_text(rest, self._secret_values)
+
+    def _held_length(self, buffer: str) -> int:
+        """Length of the longest suffix of ``buffer`` that is a proper prefix of a value."""
+        longest = 0
+        for value in self._values:
+            for length in range(min(len(value) - 1, len(buffer)), longest, -1):
+                if buffer.endswith(value[:length]):
+                    longest = length
+                    break
+        return longest
+
+
+# --- Log lines --------------------------------------------------------------------------
+
+_known_lock = threading.Lock()
+_known: dict[str, str] = {}
+
+
+def secret_values_register(secret_values: Mapping[str, str]) -> None:
+    """Remember ``NAME → value`` pairs for :class:`SecretMaskingFilter` in this process.
+
+    Called whenever secret values are handed out (a sandbox environment, a provider key,
+    a datasource connection test). Values stay known for the life of the process:
+    masking a value that was since changed is harmless, and the set is bounded by the
+    number of distinct secrets.
+    """
+    with _known_lock:
+        for name, value in secret_values.items():
+            if isinstance(value, str) and len(value) >= MIN_MASKED_LENGTH:
+                _known.setdefault(value, name)
+
+
+def secret_values_known() -> dict[str, str]:
+    """A snapshot of the registered pairs, ``NAME → value``."""
+    with _known_lock:
+        return {name: value for value, name in _known.items()}
+
+
+class SecretMaskingFilter(logging.Filter):
+    """A logging filter that masks every registered secret value (see
+    :func:`secret_values_register`) in a record's message, arguments and exception text.
+
+    Put it on the handlers (``LOGGING["handlers"][...]["filters"]``), so records of every
+    logger pass through it. Never drops a record.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        known = secret_values_known()
+        if not known:
+            return True
+        try:
+            message = record.getMessage()
+        except Exception:  # a malformed call: let the handler report it, as logging does
+            return True
+        masked = mask_text(message, known)
+        if masked != message:
+            record.msg, record.args = masked, None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            masked = mask_text(record.exc_text, known)
+            if masked != record.exc_text:
+                # Formatters (text and JSON) print exc_text when exc_info is gone; with
+                # exc_info kept, the JSON one would format the traceback afresh.
+                record.exc_text, record.exc_info = masked, None
+        if record.stack_info:
+            record.stack_info = mask_text(record.stack_info, known)
+        return True

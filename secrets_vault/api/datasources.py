@@ -1,0 +1,34 @@
+"""The datasources a user may give a run."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from secrets_vault.selectors import datasource_list
+
+
+class DatasourceOutput(serializers.Serializer):
+    """A datasource as users see it: never its connection settings."""
+
+    slug = serializers.CharField()
+    name = serializers.CharField()
+    description = serializers.CharField()
+    dialect = serializers.CharField()
+
+
+class DatasourceListApi(APIView):
+    """``GET /api/datasources``: the enabled datasources a run may be given."""
+
+    class OutputSerializer(serializers.Serializer):
+        class Meta:
+            ref_name = "DatasourceListOutput"
+
+        datasources = DatasourceOutput(many=True)
+
+    @extend_schema(responses=OutputSerializer, summary="List the datasources runs may use")
+    def get(self, request: Request) -> Response:
+        return Response(self.OutputSerializer({"datasources": datasource_list()}).data)

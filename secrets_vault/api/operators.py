@@ -1,0 +1,228 @@
+"""Staff-only endpoints for operators' automation (``IsAdminUser``): secrets (names and
+dates on read, values only in) and datasources (full CRUD, connection test)."""
+
+from __future__ import annotations
+
+from django.contrib.auth import get_user_model
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers, status
+from rest_framework.permissions import IsAdminUser
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from paw_project.errors import InvalidRequest, NotFound
+from secrets_vault.models import Datasource, Secret
+from secrets_vault.selectors import datasource_list, secret_list_all
+from secrets_vault.services import (
+    datasource_create,
+    datasource_delete,
+    datasource_test,
+    datasource_update,
+    secret_create,
+    secret_delete,
+    secret_update,
+)
+
+
+class AdminSecretOutput(serializers.Serializer):
+    """A secret as operators see it: never its value."""
+
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    scope = serializers.CharField()
+    owner = serializers.CharField(source="owner.username", allow_null=True, default=None)
+    description = serializers.CharField()
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+    last_used_at = serializers.DateTimeField(allow_null=True)
+
+
+def _secret_or_404(secret_id: int) -> Secret:
+    secret = secret_list_all().filter(pk=secret_id).first()
+    if secret is None:
+        raise NotFound("No such secret.", code="secret_not_found")
+    return secret
+
+
+def _owner(username: str | None):
+    if not username:
+        return None
+    owner = get_user_model().objects.filter(username=username).first()
+    if owner is None:
+        raise InvalidRequest(f"No user named {username!r}.", code="unknown_user")
+    return owner
+
+
+class AdminSecretListApi(APIView):
+    """``GET /api/admin/secrets``: every secret; ``POST`` ``{name, scope, owner?, value,
+    description?}`` creates one (201; 409 when the name is taken in that scope)."""
+
+    permission_classes = (IsAdminUser,)
+
+    class InputSerializer(serializers.Serializer):
+        class Meta:
+            ref_name = "AdminSecretListInput"
+
+        name = serializers.CharField(max_length=64)
+        scope = serializers.ChoiceField(choices=Secret.Scope.choices, default=Secret.Scope.GLOBAL)
+        owner = serializers.CharField(required=False, allow_null=True, allow_blank=True)
+        value = serializers.CharField(trim_whitespace=False, allow_blank=True)
+        description = serializers.CharField(max_length=500, required=False, allow_blank=True)
+
+    class OutputSerializer(serializers.Serializer):
+        class Meta:
+            ref_name = "AdminSecretListOutput"
+
+        secrets = AdminSecretOutput(many=True)
+
+    @extend_schema(
+        responses=OutputSerializer,
+        summary="List all secrets (never values)",
+        operation_id="admin_secrets_list",
+    )
+    def get(self, request: Request) -> Response:
+        return Response(self.OutputSerializer({"secrets": secret_list_all()}).data)
+
+    @extend_schema(request=InputSerializer, responses={201: AdminSecretOutput})
+    def post(self, request: Request) -> Response:
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        values = data.validated_data
+        secret = secret_create(
+            name=values["name"],
+            scope=values["scope"],
+            owner=_owner(values.get("owner")),
+            value=values["value"],
+            description=values.get("description", ""),
+        )
+        return Response(AdminSecretOutput(secret).data, status=status.HTTP_201_CREATED)
+
+
+class AdminSecretDetailApi(APIView):
+    """``GET /api/admin/secrets/{id}``; ``PATCH`` ``{value?, description?}``; ``DELETE``."""
+
+    permission_classes = (IsAdminUser,)
+
+    class InputSerializer(serializers.Serializer):
+        class Meta:
+            ref_name = "AdminSecretUpdateInput"
+
+        value = serializers.CharField(trim_whitespace=False, allow_blank=True, required=False)
+        description = serializers.CharField(max_length=500, required=False, allow_blank=True)
+
+    @extend_schema(responses=AdminSecretOutput)
+    def get(self, request: Request, secret_id: int) -> Response:
+        return Response(AdminSecretOutput(_secret_or_404(secret_id)).data)
+
+    @extend_schema(request=InputSerializer, responses=AdminSecretOutput)
+    def patch(self, request: Request, secret_id: int) -> Response:
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        secret = secret_update(secret=_secret_or_404(secret_id), **data.validated_data)
+        return Response(AdminSecretOutput(secret).data)
+
+    @extend_schema(responses={204: None})
+    def delete(self, request: Request, secret_id: int) -> Response:
+        secret_delete(secret=_secret_or_404(secret_id))
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class AdminDatasourceOutput(serializers.Serializer):
+    """A datasource with its connection settings (passwords are placeholders only)."""
+
+    slug = serializers.CharField()
+    name = serializers.CharField()
+    description = serializers.CharField()
+    dialect = serializers.CharField()
+    connection = serializers.JSONField()
+    read_only = serializers.BooleanField()
+    enabled = serializers.BooleanField()
+    env = serializers.CharField(source="env_name")
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+
+
+class AdminDatasourceInput(serializers.Serializer):
+    """Datasource fields; ``partial=True`` for PATCH."""
+
+    slug = serializers.CharField(max_length=63)
+    name = serializers.CharField(max_length=200)
+    description = serializers.CharField(required=False, allow_blank=True)
+    dialect = serializers.ChoiceField(choices=Datasource.Dialect.choices)
+    connection = serializers.JSONField(required=False)
+    read_only = serializers.BooleanField(required=False)
+    enabled = serializers.BooleanField(required=False)
+
+
+def _datasource_or_404(slug: str) -> Datasource:
+    datasource = datasource_list(enabled_only=False).filter(slug=slug).first()
+    if datasource is None:
+        raise NotFound(f"No datasource '{slug}'.", code="datasource_not_found")
+    return datasource
+
+
+class AdminDatasourceListApi(APIView):
+    """``GET /api/admin/datasources``: all, enabled or not; ``POST`` creates one (201;
+    400 for a literal password; 409 when the slug is taken)."""
+
+    permission_classes = (IsAdminUser,)
+
+    class OutputSerializer(serializers.Serializer):
+        class Meta:
+            ref_name = "AdminDatasourceListOutput"
+
+        datasources = AdminDatasourceOutput(many=True)
+
+    @extend_schema(responses=OutputSerializer, operation_id="admin_datasources_list")
+    def get(self, request: Request) -> Response:
+        datasources = datasource_list(enabled_only=False)
+        return Response(self.OutputSerializer({"datasources": datasources}).data)
+
+    @extend_schema(request=AdminDatasourceInput, responses={201: AdminDatasourceOutput})
+    def post(self, request: Request) -> Response:
+        data = AdminDatasourceInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        datasource = datasource_create(**data.validated_data)
+        return Response(AdminDatasourceOutput(datasource).data, status=status.HTTP_201_CREATED)
+
+
+class AdminDatasourceDetailApi(APIView):
+    """``GET /api/admin/datasources/{slug}``; ``PATCH`` any fields; ``DELETE``."""
+
+    permission_classes = (IsAdminUser,)
+
+    @extend_schema(responses=AdminDatasourceOutput)
+    def get(self, request: Request, slug: str) -> Response:
+        return Response(AdminDatasourceOutput(_datasource_or_404(slug)).data)
+
+    @extend_schema(request=AdminDatasourceInput, responses=AdminDatasourceOutput)
+    def patch(self, request: Request, slug: str) -> Response:
+        data = AdminDatasourceInput(data=request.data, partial=True)
+        data.is_valid(raise_exception=True)
+        datasource = datasource_update(datasource=_datasource_or_404(slug), **data.validated_data)
+        return Response(AdminDatasourceOutput(datasource).data)
+
+    @extend_schema(responses={204: None})
+    def delete(self, request: Request, slug: str) -> Response:
+        datasource_delete(datasource=_datasource_or_404(slug))
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class AdminDatasourceTestApi(APIView):
+    """``POST /api/admin/datasources/{slug}/test``: really connect (placeholders resolved
+    for the caller) → ``{ok, message}``; always 200, the outcome is in ``ok``."""
+
+    permission_classes = (IsAdminUser,)
+
+    class OutputSerializer(serializers.Serializer):
+        class Meta:
+            ref_name = "AdminDatasourceTestOutput"
+
+        ok = serializers.BooleanField()
+        message = serializers.CharField()
+
+    @extend_schema(request=None, responses=OutputSerializer)
+    def post(self, request: Request, slug: str) -> Response:
+        result = datasource_test(datasource=_datasource_or_404(slug), user=request.user)
+        return Response(self.OutputSerializer(result).data)

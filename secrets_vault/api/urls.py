@@ -1,0 +1,36 @@
+"""Routes under ``/api/`` (included by ``paw_project.urls``)."""
+
+from __future__ import annotations
+
+from django.urls import path
+
+from secrets_vault.api import datasources, operators, providers, secrets
+
+urlpatterns = [
+    path("secrets", secrets.SecretListApi.as_view(), name="secret-list"),
+    path("secrets/<str:name>", secrets.SecretDetailApi.as_view(), name="secret-detail"),
+    path("datasources", datasources.DatasourceListApi.as_view(), name="datasource-list"),
+    path("providers", providers.ProviderListApi.as_view(), name="provider-list"),
+    path("providers/default", providers.ProviderDefaultApi.as_view(), name="provider-default"),
+    path("admin/secrets", operators.AdminSecretListApi.as_view(), name="admin-secret-list"),
+    path(
+        "admin/secrets/<int:secret_id>",
+        operators.AdminSecretDetailApi.as_view(),
+        name="admin-secret-detail",
+    ),
+    path(
+        "admin/datasources",
+        operators.AdminDatasourceListApi.as_view(),
+        name="admin-datasource-list",
+    ),
+    path(
+        "admin/datasources/<str:slug>",
+        operators.AdminDatasourceDetailApi.as_view(),
+        name="admin-datasource-detail",
+    ),
+    path(
+        "admin/datasources/<str:slug>/test",
+        operators.AdminDatasourceTestApi.as_view(),
+        name="admin-datasource-test",
+    ),
+]

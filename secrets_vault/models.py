@@ -1,0 +1,263 @@
+"""Secrets, datasources, custom model providers and each user's default provider.
+
+Fields and constraints only; writes live in ``services``, reads in ``selectors``.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import RegexValidator
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from secrets_vault.fields import EncryptedSecretField
+
+SECRET_NAME_PATTERN = r"^[A-Z][A-Z0-9_]{0,63}$"  # noqa: S105 - a pattern, not a password
+secret_name_validator = RegexValidator(
+    SECRET_NAME_PATTERN,
+    "A secret name is 1-64 characters: an upper-case letter, then upper-case letters, "
+    "digits or underscores (like OPENAI_API_KEY).",
+    code="invalid_name",
+)
+
+# Environment variables a sandbox needs for itself: a secret of that name would shadow
+# them when a user's secrets become the sandbox's environment.
+RESERVED_SECRET_NAMES = frozenset(
+    {
+        "PATH", "HOME", "TMPDIR", "TMP", "TEMP", "SHELL", "USER", "LOGNAME", "PWD",
+        "LANG", "LANGUAGE", "TERM", "TZ", "ENV", "BASH_ENV", "IFS",
+        "NO_PROXY", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY",
+        "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE",
+        "OPENAI_BASE_URL", "OPENAI_MODEL",
+    }
+)  # fmt: skip
+RESERVED_SECRET_PREFIXES = ("PAW_", "XDG_", "LC_", "LD_", "PYTHON", "DJANGO_")
+
+
+def secret_name_check_reserved(name: str) -> None:
+    """Raise ``ValidationError`` when ``name`` would shadow a variable the sandbox needs
+    (``PATH``, ``HOME``, ``PAW_*``, ``XDG_*``, ``LD_*``, ``PYTHON*``, ``OPENAI_BASE_URL``...)."""
+    if name in RESERVED_SECRET_NAMES or name.startswith(RESERVED_SECRET_PREFIXES):
+        raise ValidationError(
+            f"{name} is reserved for the sandbox's own environment; choose another name.",
+            code="reserved_name",
+        )
+
+
+class Secret(models.Model):
+    """A named secret value, encrypted at rest.
+
+    ``scope`` ``global`` secrets belong to the operator (no owner) and reach sandboxes only
+    as provider keys or through ``{secret:NAME}`` placeholders; ``user`` secrets belong to
+    ``owner`` and are also given to that user's sandboxes as environment variables of the
+    same name. A name is unique per scope and owner. ``value`` is never shown by any page
+    or endpoint, and reads as ``fields.UNDECRYPTABLE`` when no configured key opens it.
+    """
+
+    class Scope(models.TextChoices):
+        GLOBAL = "global"
+        USER = "user"
+
+    name = models.CharField(
+        max_length=64, validators=[secret_name_validator, secret_name_check_reserved]
+    )
+    scope = models.CharField(max_length=8, choices=Scope.choices, default=Scope.USER)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="secrets",
+        help_text="The user a user-scope secret belongs to; empty for a global secret.",
+    )
+    value = EncryptedSecretField()
+    description = models.CharField(max_length=500, blank=True, default="")
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    updated_at = models.DateTimeField(default=timezone.now, editable=False)
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    class Meta:
+        ordering = ("scope", "name")
+        constraints = [
+            models.UniqueConstraint(
+                fields=["name"],
+                condition=Q(scope="global"),
+                name="secret_global_name_unique",
+                violation_error_message="A global secret with this name already exists.",
+            ),
+            models.UniqueConstraint(
+                fields=["owner", "name"],
+                condition=Q(scope="user"),
+                name="secret_user_name_unique",
+                violation_error_message="This user already has a secret with this name.",
+            ),
+            models.CheckConstraint(
+                condition=Q(scope="global", owner__isnull=True)
+                | Q(scope="user", owner__isnull=False),
+                name="secret_owner_matches_scope",
+                violation_error_message="A user secret needs an owner; a global one has none.",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name if self.scope == self.Scope.GLOBAL else f"{self.name} ({self.owner})"
+
+
+DATASOURCE_SLUG_PATTERN = r"^[a-z][a-z0-9_-]{0,62}$"
+
+
+class Datasource(models.Model):
+    """An SQL database a run may be given (``datasources: [slug]``).
+
+    ``connection`` holds ``host``, ``port``, ``database`` (a file path for SQLite),
+    ``user``, ``password`` and ``options`` (extra driver parameters such as ``sslmode``);
+    any string in it may use ``{secret:NAME}`` placeholders, and a password may *only* be
+    one. They are resolved just before use, the requesting user's own secret first.
+    ``read_only`` connections are opened read-only where the database allows it
+    (PostgreSQL ``default_transaction_read_only``, SQLite ``mode=ro``) and are announced
+    as such to the runtime.
+    """
+
+    class Dialect(models.TextChoices):
+        POSTGRESQL = "postgresql", "PostgreSQL"
+        MYSQL = "mysql", "MySQL / MariaDB"
+        SQLITE = "sqlite", "SQLite"
+
+    slug = models.CharField(
+        max_length=63,
+        unique=True,
+        validators=[
+            RegexValidator(
+                DATASOURCE_SLUG_PATTERN,
+                "A slug is 1-63 characters: a lower-case letter, then lower-case letters, "
+                "digits, '-' or '_'.",
+                code="invalid_slug",
+            )
+        ],
+        help_text="Names the datasource in runs and in its sandbox variable "
+        "PAW_DATASOURCE_<SLUG>_URL.",
+    )
+    name = models.CharField(max_length=200)
+    description = models.TextField(
+        blank=True, default="", help_text="Shown to users and to the agent: what is in it."
+    )
+    dialect = models.CharField(max_length=16, choices=Dialect.choices)
+    connection = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text='e.g. {"host": "db.internal", "port": 5432, "database": "sales", '
+        '"user": "reader", "password": "{secret:SALES_DB_PASSWORD}", '
+        '"options": {"sslmode": "require"}}; for SQLite {"database": "/srv/data/x.sqlite3"}. '
+        "A password must be a {secret:NAME} placeholder.",
+    )
+    read_only = models.BooleanField(default=True)
+    enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ("slug",)
+
+    def __str__(self) -> str:
+        return self.name or self.slug
+
+    @property
+    def env_name(self) -> str:
+        """The sandbox variable that carries this datasource's URL."""
+        return f"PAW_DATASOURCE_{self.slug.upper().replace('-', '_')}_URL"
+
+    def clean(self) -> None:
+        from secrets_vault.connections import connection_validate
+
+        if self.dialect in self.Dialect.values:
+            connection_validate(dialect=self.dialect, connection=self.connection)
+        if self.slug:
+            others = Datasource.objects.exclude(pk=self.pk).only("slug")
+            clash = next((o for o in others if o.env_name == self.env_name), None)
+            if clash is not None:
+                raise ValidationError(
+                    {"slug": f"'{clash.slug}' already uses the variable {self.env_name}."}
+                )
+
+
+PROVIDER_NAME_PATTERN = r"^[a-z][a-z0-9_-]{0,63}$"
+
+
+class CustomProvider(models.Model):
+    """An OpenAI-compatible endpoint added by an operator (Ollama, vLLM, LiteLLM, the
+    scripted demo model...), next to the built-in providers.
+
+    ``key_secret_name`` names the secret holding its API key (the user's own, else a
+    global one); empty means it needs no key, so it is active for everyone. ``known_models``
+    is the list shown when the endpoint's live ``GET /models`` cannot be read;
+    ``default_model`` (else the first listed model) is used when a run names none.
+    """
+
+    name = models.CharField(
+        max_length=64,
+        unique=True,
+        validators=[
+            RegexValidator(
+                PROVIDER_NAME_PATTERN,
+                "A provider name is a lower-case letter, then lower-case letters, digits, "
+                "'-' or '_'.",
+                code="invalid_name",
+            )
+        ],
+    )
+    label = models.CharField(max_length=200, blank=True, default="")
+    base_url = models.URLField(
+        max_length=500, help_text="The OpenAI-compatible API root, e.g. http://127.0.0.1:11434/v1"
+    )
+    key_secret_name = models.CharField(
+        max_length=64,
+        blank=True,
+        default="",
+        validators=[secret_name_validator],
+        help_text="The secret holding the API key (a user's own first, then a global one). "
+        "Leave empty when the endpoint needs no key.",
+    )
+    known_models = models.JSONField(
+        default=list,
+        blank=True,
+        help_text='Model names offered when the live list cannot be read, e.g. ["llama3.2"].',
+    )
+    default_model = models.CharField(max_length=200, blank=True, default="")
+    enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ("name",)
+
+    def __str__(self) -> str:
+        return self.label or self.name
+
+    def clean(self) -> None:
+        from secrets_vault.providers import RESERVED_PROVIDER_NAMES
+
+        if self.name in RESERVED_PROVIDER_NAMES:
+            raise ValidationError({"name": f"'{self.name}' is a built-in provider's name."})
+        if not isinstance(self.known_models, list) or not all(
+            isinstance(item, str) and item.strip() for item in self.known_models
+        ):
+            raise ValidationError({"known_models": "Give a JSON list of model names."})
+        if self.default_model and self.known_models and self.default_model not in self.known_models:
+            raise ValidationError({"default_model": "Not one of the listed models."})
+
+
+class ProviderPreference(models.Model):
+    """A user's default provider and model for new runs (below a run's and a
+    conversation's choice, above the server-wide default). Empty means "no preference"."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="provider_preference"
+    )
+    llm_provider = models.CharField(max_length=64, blank=True, default="")
+    llm_model = models.CharField(max_length=200, blank=True, default="")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.user}: {self.llm_provider or '-'} {self.llm_model}".strip()

@@ -1,0 +1,112 @@
+"""What a run's sandbox is given: its owner's secrets, datasource URLs, the provider."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from paw_project.errors import InvalidRequest
+from secrets_vault.fields import UNDECRYPTABLE
+from secrets_vault.masking import secret_values_register
+from secrets_vault.models import Datasource, Secret
+from secrets_vault.services.datasources import datasource_connection, datasources_validate
+from secrets_vault.services.secrets import secrets_mark_used
+
+if TYPE_CHECKING:
+    from accounts.models import User
+    from secrets_vault.services.providers import ProviderChoice
+
+#: ``OPENAI_API_KEY`` for a provider that needs no key (the ``openai`` SDK refuses "").
+NO_KEY = "no-key"
+
+
+@dataclass(frozen=True)
+class SandboxEnvironment:
+    """Variables to add to a sandbox's (otherwise minimal) environment, and the secret
+    values among them.
+
+    ``env``: ``NAME → value``; ``secret_values``: ``NAME → value`` for every secret value
+    handed over (the user's secrets, secrets resolved into datasource URLs and their
+    URL-encoded forms as ``NAME:urlencoded``, each whole datasource URL under its
+    variable name, the provider key under its secret's name), to be given to
+    ``masking.mask_secrets`` for everything PAW stores or sends. ``repr`` shows neither.
+    """
+
+    env: dict[str, str] = field(repr=False)
+    secret_values: dict[str, str] = field(repr=False)
+
+
+def sandbox_environment(
+    *, user: User, datasource_slugs: list[str], provider: ProviderChoice | None = None
+) -> SandboxEnvironment:
+    """The environment for a sandbox running ``user``'s run.
+
+    * Each of the user's own secrets as a variable of the same name (global secrets are
+      never given as variables: only as provider keys or through placeholders).
+    * For each datasource of ``datasource_slugs``: ``PAW_DATASOURCE_<SLUG>_URL`` (slug
+      upper-cased, ``-`` as ``_``; placeholders resolved, the user's secret before a
+      global one; URL forms in ``secrets_vault.connections``), and ``PAW_DATASOURCES``:
+      a JSON list of ``{"slug", "name", "dialect", "description", "env", "read_only"}``
+      (always set, ``[]`` when none).
+    * With ``provider`` (from :func:`provider_resolve`): ``OPENAI_BASE_URL``,
+      ``OPENAI_API_KEY`` (``"no-key"`` for a keyless endpoint) and ``OPENAI_MODEL``,
+      set last so they win over a user secret of the same name.
+
+    Raises :class:`InvalidRequest` (400): ``unknown_datasource`` naming unknown or
+    disabled slugs, ``secret_missing`` / ``secret_undecryptable`` naming a secret a
+    datasource needs or one of the user's secrets no configured key opens. Notes every
+    secret given as used, and registers the values for log masking.
+    """
+    slugs = datasources_validate(slugs=datasource_slugs)
+    env: dict[str, str] = {}
+    secret_values: dict[str, str] = {}
+    used: list[int] = []
+
+    own = list(Secret.objects.filter(scope=Secret.Scope.USER, owner=user).order_by("name"))
+    broken = [secret.name for secret in own if secret.value is UNDECRYPTABLE]
+    if broken:
+        raise InvalidRequest(
+            f"Your secret {', '.join(broken)} cannot be decrypted with the server's keys; "
+            "set it again (PUT /api/secrets/NAME) or delete it.",
+            code="secret_undecryptable",
+            extra={"names": broken},
+        )
+    for secret in own:
+        env[secret.name] = secret.value
+        secret_values[secret.name] = secret.value
+        used.append(secret.pk)
+
+    described = []
+    datasources = {d.slug: d for d in Datasource.objects.filter(slug__in=slugs, enabled=True)}
+    for slug in slugs:
+        connection = datasource_connection(datasource=datasources[slug], user=user)
+        datasource = connection.datasource
+        env[datasource.env_name] = connection.url
+        for name, value in connection.secret_values.items():
+            secret_values.setdefault(name, value)
+        used += connection.secret_ids
+        described.append(
+            {
+                "slug": datasource.slug,
+                "name": datasource.name,
+                "dialect": datasource.dialect,
+                "description": datasource.description,
+                "env": datasource.env_name,
+                "read_only": datasource.read_only,
+            }
+        )
+    env["PAW_DATASOURCES"] = json.dumps(described, ensure_ascii=False)
+
+    if provider is not None:
+        env["OPENAI_BASE_URL"] = provider.base_url
+        env["OPENAI_API_KEY"] = provider.api_key or NO_KEY
+        env["OPENAI_MODEL"] = provider.model
+        if provider.api_key:
+            # The key was resolved user-first, so a user secret of the same name holds
+            # this very value: the entry never hides another value.
+            secret_values[provider.key_name or "OPENAI_API_KEY"] = provider.api_key
+
+    secrets_mark_used(secret_ids=sorted(set(used)))
+    secret_values_register(secret_values)
+    return SandboxEnvironment(env=env, secret_values=secret_values)
