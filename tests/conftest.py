@@ -88,18 +88,22 @@ class WorkerNode:
 
 @pytest.fixture(scope="session")
 def worker_node(django_db_setup, django_db_blocker, scripted_model) -> Iterator[WorkerNode]:
-    from django.test import override_settings
-
     with django_db_blocker.unblock():
         node = WorkerNode(worker_database_url(), scripted_model)
-    # The web side (this process) validates runs against the same default provider.
-    with override_settings(
-        PAW_LLM_BASE_URL=scripted_model.base_url,
-        PAW_LLM_API_KEY=SCRIPTED_API_KEY,
-        PAW_LLM_MODEL="scripted-model",
-    ):
-        yield node
+    yield node
     node.stop()
+
+
+@pytest.fixture(autouse=True)
+def _scripted_default_provider(request: pytest.FixtureRequest) -> None:
+    """Tests that use the worker validate runs (here, on the web side) against the same
+    default provider the worker gives its sandboxes: the scripted model."""
+    if "worker_node" in request.fixturenames:
+        settings = request.getfixturevalue("settings")
+        model = request.getfixturevalue("scripted_model")
+        settings.PAW_LLM_BASE_URL = model.base_url
+        settings.PAW_LLM_API_KEY = SCRIPTED_API_KEY
+        settings.PAW_LLM_MODEL = "scripted-model"
 
 
 @pytest.fixture
