@@ -10,6 +10,7 @@ submit and write ops: they never wait for a run to finish.
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import contextlib
 import logging
 import os
@@ -111,7 +112,7 @@ class SandboxProcess:
         """Start the process and its reader threads (returns at once; see ``wait_ready``)."""
         self.command = build_command(self.spec)
         env = build_environment(self.spec, sandbox_id=str(self.sandbox_id))
-        self.process = subprocess.Popen(
+        self.process = launch(
             self.command,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -386,6 +387,25 @@ class SandboxProcess:
         for waiter in list(self._waiters.values()):
             waiter.event.set()
         self._sink(self, None, returncode=returncode)
+
+
+_launcher: concurrent.futures.ThreadPoolExecutor | None = None
+_launcher_lock = threading.Lock()
+
+
+def launch(command: list[str], **popen_kwargs: Any) -> subprocess.Popen:
+    """``subprocess.Popen`` from one long-lived thread of this process.
+
+    bubblewrap's ``--die-with-parent`` (Linux ``PR_SET_PDEATHSIG``) kills the sandbox when
+    the *thread* that started it ends. Celery's pool threads end when the worker shuts
+    down, before PAW can stop its sandboxes in order; the launcher thread lives as long
+    as the process, so a sandbox dies with the worker process, not with a task thread.
+    """
+    global _launcher
+    with _launcher_lock:
+        if _launcher is None:
+            _launcher = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandbox-launcher")
+    return _launcher.submit(subprocess.Popen, command, **popen_kwargs).result()
 
 
 def kill_marked_processes(marker: str) -> int:
