@@ -197,12 +197,15 @@ PAW_WORKER_CONCURRENCY = env.int("PAW_WORKER_CONCURRENCY", default=8)
 # --- Workspaces -------------------------------------------------------------------------
 
 PAW_WORKSPACE_ROOT = _path("PAW_WORKSPACE_ROOT", VAR_DIR / "workspaces")
+# Largest file one upload may carry (bytes). Checked against Content-Length before the
+# body is read, and again while the file streams to disk.
+PAW_MAX_UPLOAD_BYTES = env.int("PAW_MAX_UPLOAD_BYTES", default=100 * 1024 * 1024)
 
 # --- REST framework, JWT, OpenAPI -------------------------------------------------------
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework_simplejwt.authentication.JWTAuthentication",
+        "accounts.authentication.PawJWTAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -215,7 +218,19 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "paw_project.exception_handlers.api_exception_handler",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+    # Client IPs come from REMOTE_ADDR unless PAW_NUM_PROXIES says how many proxies in front
+    # append to X-Forwarded-For: an unset value would trust a header any client can forge.
+    "NUM_PROXIES": env.int("PAW_NUM_PROXIES", default=0),
+    "DEFAULT_PAGINATION_CLASS": "paw_project.api.PawPagination",
 }
+
+# Rates as "<count>/<second|minute|hour|day>", kept in the shared cache (Redis when set, so
+# a limit holds across web processes). Read per request by paw_project.throttles.
+PAW_THROTTLE_RUNS = env.str("PAW_THROTTLE_RUNS", default="30/min")
+PAW_THROTTLE_AUTH = env.str("PAW_THROTTLE_AUTH", default="10/min")
+PAW_THROTTLE_UPLOADS = env.str("PAW_THROTTLE_UPLOADS", default="60/min")
+# Open self-service sign-up at POST /api/auth/register; operators can close it.
+PAW_ALLOW_REGISTRATION = env.bool("PAW_ALLOW_REGISTRATION", default=True)
 if DEBUG:
     REST_FRAMEWORK["DEFAULT_RENDERER_CLASSES"].append(
         "rest_framework.renderers.BrowsableAPIRenderer"

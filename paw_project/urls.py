@@ -15,6 +15,8 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("api/auth/", include("accounts.api.urls")),
+    path("api/", include("conversations.api.urls")),
     path("", include("conversations.urls")),
     # Unknown API paths answer JSON, in DEBUG too.
     re_path(r"^api/", not_found),
