@@ -25,9 +25,7 @@ def workspace_names(conversation) -> set[str]:
     return {path.name for path in folder.iterdir()} if folder.exists() else set()
 
 
-def test_upload_returns_201_with_name_size_sha256_and_bytes_come_back_identical(
-    api, conversation
-):
+def test_upload_returns_201_with_name_size_sha256_and_bytes_come_back_identical(api, conversation):
     content = bytes(range(256)) * 1000 + b"\r\n--not-a-boundary\r\n"
     response = upload(api, conversation.id, "tips.csv", content)
     assert response.status_code == 201, response.content
