@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.drainage import set_override
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework import serializers
 from rest_framework.pagination import PageNumberPagination
@@ -33,9 +34,20 @@ class PawPagination(PageNumberPagination):
 
 
 class StrictSerializer(serializers.Serializer):
-    """A serializer that rejects keys it does not declare (400, code ``unknown_field``)."""
+    """A serializer that rejects keys it does not declare (400, code ``unknown_field``).
+
+    Nested in a view (``RegisterApi.InputSerializer``), its OpenAPI component is named after
+    the view (``RegisterApiInput``), so the many ``InputSerializer`` classes do not clash.
+    """
 
     default_error_messages = {"unknown_field": "Unknown field."}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        outer, _, inner = cls.__qualname__.rpartition(".")
+        if outer and "<" not in outer:
+            name = outer.rsplit(".", 1)[-1] + inner.removesuffix("Serializer")
+            set_override(cls, "component_name", name)
 
     def to_internal_value(self, data: Any) -> Any:
         if hasattr(data, "keys"):

@@ -195,7 +195,9 @@ def test_no_file_part_is_400(api, conversation):
     wrong_field = api.generic(
         "POST",
         f"/api/conversations/{conversation.id}/files",
-        b'--b\r\nContent-Disposition: form-data; name="other"; filename="y.txt"\r\n\r\ny\r\n--b--\r\n',
+        b"--b\r\n"
+        b'Content-Disposition: form-data; name="other"; filename="y.txt"\r\n\r\n'
+        b"y\r\n--b--\r\n",
         content_type="multipart/form-data; boundary=b",
     )
     assert wrong_field.status_code == 400
