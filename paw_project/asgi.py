@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import os
 
-from django.core.asgi import get_asgi_application
-
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "paw_project.settings")
 
-# Django must be set up before anything imports models (consumers do).
-django_asgi_app = get_asgi_application()
+from paw_project.asgi_handler import get_sync_stack_asgi_application
+
+# Django must be set up before anything imports models (consumers do). HTTP runs the sync
+# middleware chain in one thread hop per request (see paw_project.asgi_handler).
+django_asgi_app = get_sync_stack_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402

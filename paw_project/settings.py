@@ -125,8 +125,20 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         {"timeout": 20, "transaction_mode": "IMMEDIATE", "init_command": "PRAGMA journal_mode=WAL;"}
     )
 else:
-    DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("PAW_DB_CONN_MAX_AGE", default=60))
-    DATABASES["default"].setdefault("CONN_HEALTH_CHECKS", True)
+    # Under ASGI every request has its own connection context: persistent connections
+    # (CONN_MAX_AGE) pile up one per concurrent request until PostgreSQL refuses more
+    # ("too many clients"), as Django's docs warn. psycopg's pool caps and reuses them.
+    PAW_DB_POOL_SIZE = env.int("PAW_DB_POOL_SIZE", default=20)
+    if PAW_DB_POOL_SIZE > 0:
+        DATABASES["default"]["CONN_MAX_AGE"] = 0  # a closed connection goes back to the pool
+        DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+            "min_size": 1,
+            "max_size": PAW_DB_POOL_SIZE,
+            "timeout": 10,  # seconds a thread waits for a free connection
+        }
+    else:
+        DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("PAW_DB_CONN_MAX_AGE", default=60))
+        DATABASES["default"].setdefault("CONN_HEALTH_CHECKS", True)
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_USER_MODEL = "accounts.User"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from uuid import UUID
 
 from drf_spectacular.utils import extend_schema
@@ -25,8 +26,21 @@ from conversations.services.conversations import (
 from paw_project.api import PawPagination, StrictSerializer, error_responses, paginated_response
 
 
+def _iso(value: datetime | None) -> str | None:
+    """A datetime as DRF's ``DateTimeField`` writes it (UTC, ``Z`` suffix)."""
+    if value is None:
+        return None
+    text = value.astimezone(UTC).isoformat()
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
+
+
 class ConversationOutput(serializers.ModelSerializer):
-    """A conversation as every endpoint returns it."""
+    """A conversation as every endpoint returns it.
+
+    ``to_representation`` builds the dict directly: the conversation list is the API's
+    hottest read, and DRF's generic per-field path cost more than the queries (see
+    ``bench/api.py``). A test pins it to what the declared fields would give.
+    """
 
     created = serializers.DateTimeField(source="created_at")
     updated = serializers.DateTimeField(source="updated_at")
@@ -46,6 +60,19 @@ class ConversationOutput(serializers.ModelSerializer):
             "memory_since",
         )
         read_only_fields = fields
+
+    def to_representation(self, conversation: Conversation) -> dict:
+        return {
+            "id": str(conversation.id),
+            "title": conversation.title,
+            "auto_approve": conversation.auto_approve,
+            "llm_provider": conversation.llm_provider,
+            "llm_model": conversation.llm_model,
+            "created": _iso(conversation.created_at),
+            "updated": _iso(conversation.updated_at),
+            "last_activity": _iso(conversation.last_activity_at),
+            "memory_since": _iso(conversation.memory_since),
+        }
 
 
 class _ConversationFields(StrictSerializer):

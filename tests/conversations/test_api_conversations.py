@@ -195,3 +195,16 @@ def test_session_reset_while_a_run_is_active_is_409(api, user, conversation):
     assert response.json()["code"] == "run_active"
     conversation.refresh_from_db()
     assert conversation.memory_since is None
+
+
+def test_fast_conversation_output_equals_drfs_generic_field_output(user):
+    from rest_framework import serializers
+
+    from conversations.api.conversations import ConversationOutput
+
+    conversation = conversation_of(user, title="é", memory_since=timezone.now())
+    generic = serializers.ModelSerializer.to_representation(ConversationOutput(), conversation)
+    assert ConversationOutput(conversation).data == dict(generic)
+    conversation.memory_since = None
+    generic = serializers.ModelSerializer.to_representation(ConversationOutput(), conversation)
+    assert ConversationOutput(conversation).data == dict(generic)
