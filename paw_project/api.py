@@ -15,7 +15,7 @@ from typing import Any
 from drf_spectacular.drainage import set_override
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework import serializers
-from rest_framework.pagination import PageNumberPagination
+from rest_framework.pagination import CursorPagination, PageNumberPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -26,6 +26,21 @@ class PawPagination(PageNumberPagination):
 
     A page past the end answers 404 ``not_found``; a ``page_size`` that is not a positive
     integer falls back to the default (DRF's behaviour).
+    """
+
+    page_size = 20
+    page_size_query_param = "page_size"
+    max_page_size = 100
+
+
+class PawCursorPagination(CursorPagination):
+    """Cursor pagination for lists that change while being read (newest first):
+    ``?cursor=<opaque>&page_size=<1 to 100>`` (default 20) → ``{next, previous, results}``.
+
+    Pages stay consistent while items are added, and no ``COUNT`` query is needed (the
+    conversation list is the API's hottest read). Subclass it with an ``ordering`` whose
+    first field is the position (ties are handled by DRF with an offset). An invalid
+    cursor answers 404 ``not_found``.
     """
 
     page_size = 20
@@ -108,11 +123,13 @@ def paginated_response(
     queryset: Any,
     serializer_class: type[serializers.BaseSerializer],
     context: dict[str, Any] | None = None,
+    pagination_class: type[PageNumberPagination | CursorPagination] = PawPagination,
 ) -> Response:
-    """One page of ``queryset`` (:class:`PawPagination`) serialized with
-    ``serializer_class``: ``{"count", "next", "previous", "results"}``. Raises DRF's
-    ``NotFound`` (404) for a page past the end or not a number."""
-    paginator = PawPagination()
+    """One page of ``queryset`` serialized with ``serializer_class``, by
+    ``pagination_class``: :class:`PawPagination` (``{"count", "next", "previous",
+    "results"}``) or a :class:`PawCursorPagination` (no ``count``). Raises DRF's
+    ``NotFound`` (404) for a page past the end or a malformed page or cursor."""
+    paginator = pagination_class()
     page = paginator.paginate_queryset(queryset, request, view=view)
     data = serializer_class(page, many=True, context=context or {}).data
     return paginator.get_paginated_response(data)

@@ -112,6 +112,9 @@ TEMPLATES = [
     },
 ]
 
+# Threads per web process that run requests (sync views); see paw_project.asgi_handler.
+PAW_WEB_THREADS = env.int("PAW_WEB_THREADS", default=4)
+
 # --- Database ---------------------------------------------------------------------------
 
 DATABASES = {

@@ -65,4 +65,4 @@ class ArtifactDownloadApi(APIView):
         query = self.QuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
         opened = artifact_open(user=request.user, conversation_id=conversation_id, path=path)
-        return download_response(opened, inline=query.validated_data["inline"])
+        return download_response(request._request, opened, inline=query.validated_data["inline"])

@@ -23,7 +23,18 @@ from conversations.services.conversations import (
     conversation_session_reset,
     conversation_update,
 )
-from paw_project.api import PawPagination, StrictSerializer, error_responses, paginated_response
+from paw_project.api import (
+    PawCursorPagination,
+    StrictSerializer,
+    error_responses,
+    paginated_response,
+)
+
+
+class ConversationPagination(PawCursorPagination):
+    """Newest activity first; ties by newest created, then id."""
+
+    ordering = ("-last_activity_at", "-created_at", "-id")
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -89,19 +100,21 @@ class ConversationListApi(APIView):
         llm_provider = serializers.CharField(max_length=64, allow_blank=True, required=False)
         llm_model = serializers.CharField(max_length=200, allow_blank=True, required=False)
 
-    pagination_class = PawPagination
+    pagination_class = ConversationPagination
 
     @extend_schema(
         operation_id="conversations_list",
         responses={200: ConversationOutput(many=True), **error_responses(404)},
     )
     def get(self, request: Request) -> Response:
-        """The user's conversations, newest activity first, paginated."""
+        """The user's conversations, newest activity first, cursor-paginated: follow
+        `next` for older ones."""
         return paginated_response(
             request=request,
             view=self,
             queryset=conversation_list(user=request.user),
             serializer_class=ConversationOutput,
+            pagination_class=ConversationPagination,
         )
 
     @extend_schema(

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from typing import BinaryIO
 from urllib.parse import quote
 
-from django.http import FileResponse
+from asgiref.sync import sync_to_async
+from django.core.handlers.asgi import ASGIRequest
+from django.http import FileResponse, HttpRequest, StreamingHttpResponse
 
 from conversations.selectors.artifacts import INLINE_CONTENT_TYPES, OpenArtifact
 
@@ -17,13 +21,35 @@ def content_disposition(disposition: str, name: str) -> str:
     return f"{disposition}; filename=\"{fallback}\"; filename*=UTF-8''{quote(name, safe='')}"
 
 
-def download_response(opened: OpenArtifact, *, inline: bool = False) -> FileResponse:
+CHUNK_BYTES = 256 * 1024
+
+
+async def _chunks(file: BinaryIO) -> AsyncIterator[bytes]:
+    """The file's bytes in chunks, each read in a worker thread; closes the file."""
+    read = sync_to_async(file.read, thread_sensitive=False)
+    try:
+        while chunk := await read(CHUNK_BYTES):
+            yield chunk
+    finally:
+        file.close()
+
+
+def download_response(
+    request: HttpRequest, opened: OpenArtifact, *, inline: bool = False
+) -> StreamingHttpResponse:
     """Stream ``opened`` (closing it when done) as an attachment, or ``inline`` when asked
     and its type is a raster image (png, jpeg, gif, webp); any other type is always an
     attachment. ``X-Content-Type-Options: nosniff`` and a sandboxing
-    ``Content-Security-Policy`` keep a browser from running what the agent wrote."""
+    ``Content-Security-Policy`` keep a browser from running what the agent wrote.
+
+    Under ASGI (Daphne) the body is an async iterator: Django would read a plain file
+    response whole into memory before sending it there."""
     show_inline = inline and opened.content_type in INLINE_CONTENT_TYPES
-    response = FileResponse(opened.file, content_type=opened.content_type)
+    if isinstance(request, ASGIRequest):
+        response = StreamingHttpResponse(_chunks(opened.file), content_type=opened.content_type)
+        response._resource_closers.append(opened.file.close)
+    else:
+        response = FileResponse(opened.file, content_type=opened.content_type)
     response["Content-Length"] = str(opened.size)
     response["Content-Disposition"] = content_disposition(
         "inline" if show_inline else "attachment", opened.name

@@ -136,4 +136,4 @@ class FileContentApi(APIView):
     def get(self, request: Request, conversation_id: UUID, file_id: UUID):
         """Download an uploaded file (its current bytes in the workspace), as an attachment."""
         opened = file_open(user=request.user, conversation_id=conversation_id, file_id=file_id)
-        return download_response(opened)
+        return download_response(request._request, opened)
