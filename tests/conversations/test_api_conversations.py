@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.test import override_settings
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -220,3 +221,32 @@ def test_fast_conversation_output_equals_drfs_generic_field_output(user):
     conversation.memory_since = None
     generic = serializers.ModelSerializer.to_representation(ConversationOutput(), conversation)
     assert ConversationOutput(conversation).data == dict(generic)
+
+
+@override_settings(DATA_UPLOAD_MAX_MEMORY_SIZE=1000)
+def test_an_oversized_json_body_is_a_clear_400_and_creates_nothing(api):
+    response = api.post("/api/conversations", {"title": "x" * 2000}, format="json")
+    assert response.status_code == 400
+    assert response.json()["code"] == "body_too_large"
+    assert not Conversation.objects.exists()
+
+
+def test_multipart_is_refused_where_no_file_is_expected(api):
+    response = api.post("/api/conversations", {"title": "x"}, format="multipart")
+    assert response.status_code == 415
+    assert not Conversation.objects.exists()
+
+
+@override_settings(DATA_UPLOAD_MAX_NUMBER_FIELDS=3)
+def test_too_many_form_fields_in_an_upload_is_a_400(api, conversation):
+    parts = "".join(
+        f'--b\r\nContent-Disposition: form-data; name="f{n}"\r\n\r\nv\r\n' for n in range(10)
+    )
+    response = api.generic(
+        "POST",
+        f"/api/conversations/{conversation.id}/files",
+        f"{parts}--b--\r\n".encode(),
+        content_type="multipart/form-data; boundary=b",
+    )
+    assert response.status_code == 400
+    assert response.json()["code"] == "bad_request"
