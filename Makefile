@@ -45,5 +45,8 @@ lint: $(VENV)/.installed-dev
 	$(VENV)/bin/lint-imports
 	PAW_DEBUG=1 $(PY) manage.py makemigrations --check --dry-run
 
+bench: $(VENV)/.installed-dev
+	$(PY) bench/api.py
+
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

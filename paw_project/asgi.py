@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import os
 
-from django.core.asgi import get_asgi_application
-
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "paw_project.settings")
 
-# Django must be set up before anything imports models (consumers do).
-django_asgi_app = get_asgi_application()
+from paw_project.asgi_handler import get_sync_stack_asgi_application
+
+# Django must be set up before anything imports models (consumers do). HTTP runs the sync
+# middleware chain in one thread hop per request (see paw_project.asgi_handler).
+django_asgi_app = get_sync_stack_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
@@ -22,10 +23,11 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 
 from accounts.websocket import JwtAuthMiddleware  # noqa: E402
 from conversations.routing import websocket_urlpatterns  # noqa: E402
+from paw_project.asgi_limits import BodySizeLimitMiddleware  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": BodySizeLimitMiddleware(django_asgi_app),
         "websocket": AllowedHostsOriginValidator(
             AuthMiddlewareStack(JwtAuthMiddleware(URLRouter(websocket_urlpatterns)))
         ),

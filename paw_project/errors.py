@@ -87,3 +87,16 @@ class ServiceUnavailable(DomainError):
     status_code = 503
     code = "unavailable"
     default_detail = "The service is temporarily unavailable."
+
+
+class Unauthenticated(DomainError):
+    """401: credentials or a token were given but are not valid (wrong password, revoked,
+    expired or already used refresh token)."""
+
+    status_code = 401
+    code = "not_authenticated"
+    default_detail = "Authentication failed."
+
+    def __init__(self, detail: str | None = None, **kwargs) -> None:
+        kwargs.setdefault("headers", {"WWW-Authenticate": 'Bearer realm="api"'})
+        super().__init__(detail, **kwargs)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.http import HttpRequest, JsonResponse
 from django.views import defaults
 from rest_framework import exceptions, status
@@ -71,6 +73,19 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
         for name, value in exc.headers.items():
             response[name] = value
         return response
+
+    if isinstance(exc, RequestDataTooBig):
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        return Response(
+            {"detail": f"The request body is larger than {limit} bytes.", "code": "body_too_large"},
+            status=status.HTTP_400_BAD_REQUEST,
+        )
+    if isinstance(exc, SuspiciousOperation):
+        # E.g. too many fields in a form body: the client's fault, a 400 and not a 500.
+        return Response(
+            {"detail": str(exc) or "Bad request.", "code": "bad_request"},
+            status=status.HTTP_400_BAD_REQUEST,
+        )
 
     response = drf_exception_handler(exc, context)
     if response is not None:

@@ -117,6 +117,9 @@ TEMPLATES = [
     },
 ]
 
+# Threads per web process that run requests (sync views); see paw_project.asgi_handler.
+PAW_WEB_THREADS = env.int("PAW_WEB_THREADS", default=4)
+
 # --- Database ---------------------------------------------------------------------------
 
 DATABASES = {
@@ -130,8 +133,20 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         {"timeout": 20, "transaction_mode": "IMMEDIATE", "init_command": "PRAGMA journal_mode=WAL;"}
     )
 else:
-    DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("PAW_DB_CONN_MAX_AGE", default=60))
-    DATABASES["default"].setdefault("CONN_HEALTH_CHECKS", True)
+    # Under ASGI every request has its own connection context: persistent connections
+    # (CONN_MAX_AGE) pile up one per concurrent request until PostgreSQL refuses more
+    # ("too many clients"), as Django's docs warn. psycopg's pool caps and reuses them.
+    PAW_DB_POOL_SIZE = env.int("PAW_DB_POOL_SIZE", default=20)
+    if PAW_DB_POOL_SIZE > 0:
+        DATABASES["default"]["CONN_MAX_AGE"] = 0  # a closed connection goes back to the pool
+        DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+            "min_size": 1,
+            "max_size": PAW_DB_POOL_SIZE,
+            "timeout": 10,  # seconds a thread waits for a free connection
+        }
+    else:
+        DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("PAW_DB_CONN_MAX_AGE", default=60))
+        DATABASES["default"].setdefault("CONN_HEALTH_CHECKS", True)
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_USER_MODEL = "accounts.User"
@@ -238,25 +253,41 @@ PAW_LLM_MODEL = env.str("PAW_LLM_MODEL", default="")
 # models, remembered for a tenth of that time so a dead endpoint does not slow every page.
 PAW_PROVIDER_MODELS_TIMEOUT = env.float("PAW_PROVIDER_MODELS_TIMEOUT", default=3.0)
 PAW_PROVIDER_MODELS_CACHE_SECONDS = env.int("PAW_PROVIDER_MODELS_CACHE_SECONDS", default=300)
+# Largest file one upload may carry (bytes). Checked against Content-Length before the
+# body is read, and again while the file streams to disk.
+PAW_MAX_UPLOAD_BYTES = env.int("PAW_MAX_UPLOAD_BYTES", default=100 * 1024 * 1024)
 
 # --- REST framework, JWT, OpenAPI -------------------------------------------------------
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework_simplejwt.authentication.JWTAuthentication",
+        "accounts.authentication.PawJWTAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    # JSON and form bodies are bounded by DATA_UPLOAD_MAX_MEMORY_SIZE (DRF reads them through
+    # request.body); multipart only where a view accepts files.
     "DEFAULT_PARSER_CLASSES": [
         "rest_framework.parsers.JSONParser",
-        "rest_framework.parsers.MultiPartParser",
         "rest_framework.parsers.FormParser",
     ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "paw_project.exception_handlers.api_exception_handler",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+    # Client IPs come from REMOTE_ADDR unless PAW_NUM_PROXIES says how many proxies in front
+    # append to X-Forwarded-For: an unset value would trust a header any client can forge.
+    "NUM_PROXIES": env.int("PAW_NUM_PROXIES", default=0),
+    "DEFAULT_PAGINATION_CLASS": "paw_project.api.PawPagination",
 }
+
+# Rates as "<count>/<second|minute|hour|day>", kept in the shared cache (Redis when set, so
+# a limit holds across web processes). Read per request by paw_project.throttles.
+PAW_THROTTLE_RUNS = env.str("PAW_THROTTLE_RUNS", default="30/min")
+PAW_THROTTLE_AUTH = env.str("PAW_THROTTLE_AUTH", default="10/min")
+PAW_THROTTLE_UPLOADS = env.str("PAW_THROTTLE_UPLOADS", default="60/min")
+# Open self-service sign-up at POST /api/auth/register; operators can close it.
+PAW_ALLOW_REGISTRATION = env.bool("PAW_ALLOW_REGISTRATION", default=True)
 if DEBUG:
     REST_FRAMEWORK["DEFAULT_RENDERER_CLASSES"].append(
         "rest_framework.renderers.BrowsableAPIRenderer"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 from django.urls import include, path, re_path
+from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from paw_project import health
@@ -15,10 +16,13 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("api/auth/", include("accounts.api.urls")),
+    path("api/", include("conversations.api.urls")),
     path("api/", include("secrets_vault.api.urls")),
     path("", include("conversations.urls")),
-    # Unknown API paths answer JSON, in DEBUG too.
-    re_path(r"^api/", not_found),
+    # Unknown API paths answer JSON, in DEBUG too, for every method (CSRF-exempt: it
+    # changes nothing, and a CSRF refusal would answer an HTML page instead).
+    re_path(r"^api/", csrf_exempt(not_found)),
 ]
 
 handler404 = "paw_project.exception_handlers.not_found"

@@ -404,7 +404,9 @@ def launch(command: list[str], **popen_kwargs: Any) -> subprocess.Popen:
     global _launcher
     with _launcher_lock:
         if _launcher is None:
-            _launcher = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandbox-launcher")
+            _launcher = concurrent.futures.ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix="sandbox-launcher"
+            )
     return _launcher.submit(subprocess.Popen, command, **popen_kwargs).result()
 
 

@@ -120,3 +120,73 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     if report.failed and isinstance(node, WorkerNode) and node.process is not None:
         report.sections.append(("celery worker log (last 6000 chars)", node.output()[-6000:]))
     return report
+
+
+# --- API helpers ------------------------------------------------------------------------
+
+PASSWORD = "correct horse battery staple 42"
+
+
+@pytest.fixture
+def make_user(db):
+    """``make_user(username="alice")``: a user whose password is ``PASSWORD``."""
+    from accounts.models import User
+
+    def make(username: str = "alice", **fields) -> User:
+        return User.objects.create_user(username=username, password=PASSWORD, **fields)
+
+    return make
+
+
+@pytest.fixture
+def user(make_user):
+    return make_user("alice")
+
+
+@pytest.fixture
+def other_user(make_user):
+    return make_user("mallory")
+
+
+def api_client_for(user=None):
+    """A DRF test client carrying a fresh JWT access token of ``user`` (anonymous if None)."""
+    from rest_framework.test import APIClient
+
+    from accounts.services import auth_token_pair_for
+
+    client = APIClient()
+    if user is not None:
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {auth_token_pair_for(user=user)['access']}")
+    return client
+
+
+@pytest.fixture
+def api(user):
+    """A client authenticated as ``user`` with a JWT."""
+    return api_client_for(user)
+
+
+@pytest.fixture
+def other_api(other_user):
+    """A client authenticated as ``other_user`` with a JWT."""
+    return api_client_for(other_user)
+
+
+def throttle_key(scope: str, ident: object) -> str:
+    """The cache key DRF's throttles use for ``scope`` and ``ident`` (a user id or an IP)."""
+    return f"throttle_{scope}_{ident}"
+
+
+@pytest.fixture
+def reset_throttles():
+    """Forget the per-IP auth throttle counter of the test client's 127.0.0.1, before and
+    after the test. Only that key is deleted: the shared Redis database also holds the
+    Celery broker's queues. (Per-user counters need no reset: user ids are never reused.)"""
+    from django.core.cache import cache
+
+    def reset() -> None:
+        cache.delete(throttle_key("auth", "127.0.0.1"))
+
+    reset()
+    yield reset
+    reset()

@@ -1,0 +1,68 @@
+"""Artifacts API: list the files the agent made, download one."""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from conversations.api.downloads import download_response
+from conversations.selectors.artifacts import artifact_list, artifact_open
+from paw_project.api import error_responses
+
+
+class ArtifactOutput(serializers.Serializer):
+    path = serializers.CharField(help_text="Relative to the workspace, `/`-separated.")
+    size = serializers.IntegerField(help_text="bytes")
+    modified = serializers.DateTimeField()
+    content_type = serializers.CharField(help_text="Guessed from the extension.")
+
+
+class ArtifactListApi(APIView):
+    @extend_schema(
+        operation_id="artifacts_list",
+        responses={200: ArtifactOutput(many=True), **error_responses(404)},
+    )
+    def get(self, request: Request, conversation_id: UUID) -> Response:
+        """Every file of the workspace the agent made (recursively, sorted by path): uploads
+        and the runtime's private dot-folders are left out."""
+        artifacts = artifact_list(user=request.user, conversation_id=conversation_id)
+        return Response(ArtifactOutput(artifacts, many=True).data)
+
+
+class ArtifactDownloadApi(APIView):
+    class QuerySerializer(serializers.Serializer):
+        inline = serializers.BooleanField(
+            required=False,
+            default=False,
+            help_text="Show in the browser; honoured for png, jpeg, gif and webp only.",
+        )
+
+    @extend_schema(
+        operation_id="artifacts_download",
+        parameters=[
+            QuerySerializer,
+            OpenApiParameter(
+                "path", OpenApiTypes.STR, OpenApiParameter.PATH, description="Relative path."
+            ),
+        ],
+        responses={
+            200: OpenApiResponse(
+                OpenApiTypes.BINARY,
+                description="The file; `Content-Disposition` with an RFC 6266 `filename*`.",
+            ),
+            **error_responses(400, 404),
+        },
+    )
+    def get(self, request: Request, conversation_id: UUID, path: str):
+        """Download a file of the workspace. `..`, absolute paths, private dot-folders and
+        symlinks leading outside the workspace answer 404."""
+        query = self.QuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        opened = artifact_open(user=request.user, conversation_id=conversation_id, path=path)
+        return download_response(request._request, opened, inline=query.validated_data["inline"])

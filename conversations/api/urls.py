@@ -1,0 +1,55 @@
+"""Conversation API routes, under ``/api/``. Ids are UUIDs: anything else does
+not match and answers the JSON 404."""
+
+from __future__ import annotations
+
+from django.urls import path
+
+from conversations.api import artifacts, conversations, events, files
+
+urlpatterns = [
+    path("conversations", conversations.ConversationListApi.as_view(), name="api-conversations"),
+    path(
+        "conversations/<uuid:conversation_id>",
+        conversations.ConversationDetailApi.as_view(),
+        name="api-conversation",
+    ),
+    path(
+        "conversations/<uuid:conversation_id>/history",
+        conversations.ConversationHistoryApi.as_view(),
+        name="api-conversation-history",
+    ),
+    path(
+        "conversations/<uuid:conversation_id>/session",
+        conversations.ConversationSessionApi.as_view(),
+        name="api-conversation-session",
+    ),
+    path(
+        "conversations/<uuid:conversation_id>/files", files.FileListApi.as_view(), name="api-files"
+    ),
+    path(
+        "conversations/<uuid:conversation_id>/files/<uuid:file_id>",
+        files.FileDetailApi.as_view(),
+        name="api-file",
+    ),
+    path(
+        "conversations/<uuid:conversation_id>/files/<uuid:file_id>/content",
+        files.FileContentApi.as_view(),
+        name="api-file-content",
+    ),
+    path(
+        "conversations/<uuid:conversation_id>/artifacts",
+        artifacts.ArtifactListApi.as_view(),
+        name="api-artifacts",
+    ),
+    path(
+        "conversations/<uuid:conversation_id>/artifacts/<path:path>",
+        artifacts.ArtifactDownloadApi.as_view(),
+        name="api-artifact",
+    ),
+    path(
+        "conversations/<uuid:conversation_id>/events",
+        events.EventListApi.as_view(),
+        name="api-events",
+    ),
+]

@@ -1,0 +1,39 @@
+"""Reads of conversations, always scoped to their owner."""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+from django.db.models import QuerySet
+
+from accounts.models import User
+from conversations.models import Conversation, Run
+from paw_project.errors import NotFound
+
+
+def conversation_list(*, user: User) -> QuerySet[Conversation]:
+    """The user's conversations, newest activity first (ties: newest created, then id, so
+    pages are stable)."""
+    return Conversation.objects.filter(user=user).order_by(
+        "-last_activity_at", "-created_at", "-id"
+    )
+
+
+def conversation_get(*, user: User, conversation_id: UUID | str) -> Conversation:
+    """The user's conversation ``conversation_id``.
+
+    Raises ``NotFound`` (404) when it does not exist or belongs to someone else (one answer
+    for both, so ids of other people's conversations cannot be probed) or the id is not a
+    UUID. The lookup every conversation-scoped endpoint starts with.
+    """
+    try:
+        return Conversation.objects.get(pk=conversation_id, user=user)
+    except (Conversation.DoesNotExist, ValueError, TypeError) as error:
+        raise NotFound("No such conversation.", code="not_found") from error
+
+
+def conversation_history(*, user: User, conversation_id: UUID | str) -> QuerySet[Run]:
+    """The conversation's turns (its runs), oldest first. Raises ``NotFound`` like
+    :func:`conversation_get`."""
+    conversation = conversation_get(user=user, conversation_id=conversation_id)
+    return Run.objects.filter(conversation=conversation).order_by("created_at", "id")

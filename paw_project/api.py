@@ -1,0 +1,135 @@
+"""Building blocks shared by every app's REST API: pagination, strict input serializers and
+the documented error shape.
+
+- :class:`PawPagination`: ``?page=<n>&page_size=<n>`` → ``{count, next, previous, results}``.
+- :class:`StrictSerializer`: an input serializer that answers 400 ``unknown_field`` for keys
+  it does not declare, so a typo (``titel``) is an error instead of a silent no-op.
+- :func:`error_responses`: the OpenAPI responses for the error statuses an operation can
+  answer, all with the one error body ``{"detail", "code"}`` (``ErrorSerializer``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.drainage import set_override
+from drf_spectacular.utils import OpenApiResponse
+from rest_framework import serializers
+from rest_framework.pagination import CursorPagination, PageNumberPagination
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+
+class PawPagination(PageNumberPagination):
+    """Page-number pagination: ``page`` (1-based) and ``page_size`` (1 to 100, default 20).
+
+    A page past the end answers 404 ``not_found``; a ``page_size`` that is not a positive
+    integer falls back to the default (DRF's behaviour).
+    """
+
+    page_size = 20
+    page_size_query_param = "page_size"
+    max_page_size = 100
+
+
+class PawCursorPagination(CursorPagination):
+    """Cursor pagination for lists that change while being read (newest first):
+    ``?cursor=<opaque>&page_size=<1 to 100>`` (default 20) → ``{next, previous, results}``.
+
+    Pages stay consistent while items are added, and no ``COUNT`` query is needed (the
+    conversation list is the API's hottest read). Subclass it with an ``ordering`` whose
+    first field is the position (ties are handled by DRF with an offset). An invalid
+    cursor answers 404 ``not_found``.
+    """
+
+    page_size = 20
+    page_size_query_param = "page_size"
+    max_page_size = 100
+
+
+class StrictSerializer(serializers.Serializer):
+    """A serializer that rejects keys it does not declare (400, code ``unknown_field``).
+
+    Nested in a view (``RegisterApi.InputSerializer``), its OpenAPI component is named after
+    the view (``RegisterApiInput``), so the many ``InputSerializer`` classes do not clash.
+    """
+
+    default_error_messages = {"unknown_field": "Unknown field."}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        outer, _, inner = cls.__qualname__.rpartition(".")
+        if outer and "<" not in outer:
+            name = outer.rsplit(".", 1)[-1] + inner.removesuffix("Serializer")
+            set_override(cls, "component_name", name)
+
+    def to_internal_value(self, data: Any) -> Any:
+        if hasattr(data, "keys"):
+            unknown = sorted(set(data.keys()) - set(self.fields))
+            if unknown:
+                raise serializers.ValidationError(
+                    {name: [self.error_messages["unknown_field"]] for name in unknown},
+                    code="unknown_field",
+                )
+        return super().to_internal_value(data)
+
+
+class ErrorSerializer(serializers.Serializer):
+    """Every API error body (``paw_project.exception_handlers``)."""
+
+    detail = serializers.CharField(help_text="A human sentence saying what went wrong.")
+    code = serializers.CharField(help_text="A machine code, e.g. `not_found`, `throttled`.")
+
+
+class ValidationErrorSerializer(ErrorSerializer):
+    """A 400 body: the error shape plus the messages per field."""
+
+    fields = serializers.DictField(
+        child=serializers.ListField(child=serializers.CharField()),
+        required=False,
+        help_text="Messages per input field.",
+    )
+
+
+_DESCRIPTIONS = {
+    400: "Invalid input (wrong type, unknown field, bad parameter).",
+    401: "Not authenticated, or the token is invalid, expired or revoked.",
+    403: "Not allowed (for a session: missing CSRF token).",
+    404: "No such object for this user.",
+    409: "Conflicts with the current state.",
+    413: "The payload is too large.",
+    429: "Throttled; retry after `Retry-After` seconds.",
+}
+
+
+def error_responses(*statuses: int) -> dict[int, OpenApiResponse]:
+    """OpenAPI responses for ``statuses`` (plus 401, which every authenticated operation can
+    answer), each with the error body. For ``extend_schema(responses={...})``."""
+    wanted = sorted(set(statuses) | {401})
+    return {
+        status: OpenApiResponse(
+            response=ValidationErrorSerializer if status == 400 else ErrorSerializer,
+            description=_DESCRIPTIONS.get(status, "Error."),
+        )
+        for status in wanted
+    }
+
+
+def paginated_response(
+    *,
+    request: Request,
+    view: APIView,
+    queryset: Any,
+    serializer_class: type[serializers.BaseSerializer],
+    context: dict[str, Any] | None = None,
+    pagination_class: type[PageNumberPagination | CursorPagination] = PawPagination,
+) -> Response:
+    """One page of ``queryset`` serialized with ``serializer_class``, by
+    ``pagination_class``: :class:`PawPagination` (``{"count", "next", "previous",
+    "results"}``) or a :class:`PawCursorPagination` (no ``count``). Raises DRF's
+    ``NotFound`` (404) for a page past the end or a malformed page or cursor."""
+    paginator = pagination_class()
+    page = paginator.paginate_queryset(queryset, request, view=view)
+    data = serializer_class(page, many=True, context=context or {}).data
+    return paginator.get_paginated_response(data)

@@ -1,0 +1,69 @@
+"""Django's ASGI handler, tuned for PAW's synchronous HTTP views.
+
+Two costs dominate Django's own ``ASGIHandler`` for sync views (measured with
+``bench/api.py``; the numbers are in docs/api.md):
+
+* It runs middleware in async mode: every ``MiddlewareMixin`` middleware (session, CSRF,
+  auth, messages, security …) hops to a worker thread and back for its request half and
+  again for its response half, some fifteen hops per request before the sync view runs
+  in yet another. This handler loads the same middleware in sync mode and runs the whole
+  chain, view included, in one hop.
+* It gives every request a new ``ThreadSensitiveContext``, so a new OS thread per request,
+  and under load dozens of threads fighting for the GIL. This handler keeps a fixed set of
+  ``PAW_WEB_THREADS`` single-thread executors per process and gives each request the
+  least busy one for all its thread-sensitive work (asgiref's
+  ``ThreadSensitiveContext(executor=...)``), so a request's database connection and its
+  ``request_finished`` cleanup still happen on one thread, as before.
+
+Nothing else changes: the same middleware, views, body spooling, streaming responses and
+disconnect handling come from ``ASGIHandler``. Websockets do not pass here (Channels).
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from asgiref.sync import ThreadSensitiveContext, sync_to_async
+from django.conf import settings
+from django.core.handlers import base
+from django.core.handlers.asgi import ASGIHandler
+from django.http import HttpRequest, HttpResponseBase
+
+
+class SyncStackASGIHandler(ASGIHandler):
+    """``ASGIHandler`` with a sync middleware chain run in one hop, on a fixed set of
+    ``PAW_WEB_THREADS`` request threads."""
+
+    def __init__(self) -> None:
+        base.BaseHandler.__init__(self)
+        self.load_middleware(is_async=False)
+        count = max(1, settings.PAW_WEB_THREADS)
+        self._executors = [
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"paw-web-{n}")
+            for n in range(count)
+        ]
+        self._in_flight = [0] * count
+
+    async def __call__(self, scope: dict[str, Any], receive, send) -> None:
+        if scope["type"] != "http":
+            raise ValueError(f"Django can only handle ASGI/HTTP connections, not {scope['type']}.")
+        # The least busy request thread (all of this runs on the event loop: no lock).
+        index = min(range(len(self._in_flight)), key=self._in_flight.__getitem__)
+        self._in_flight[index] += 1
+        try:
+            async with ThreadSensitiveContext(executor=self._executors[index]):
+                await self.handle(scope, receive, send)
+        finally:
+            self._in_flight[index] -= 1
+
+    async def get_response_async(self, request: HttpRequest) -> HttpResponseBase:
+        return await sync_to_async(self.get_response, thread_sensitive=True)(request)
+
+
+def get_sync_stack_asgi_application() -> SyncStackASGIHandler:
+    """Like ``django.core.asgi.get_asgi_application``: set Django up, return the handler."""
+    import django
+
+    django.setup(set_prefix=False)
+    return SyncStackASGIHandler()

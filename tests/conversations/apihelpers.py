@@ -1,0 +1,47 @@
+"""Helpers for the conversation API tests: hand-made multipart bodies (Django's test client
+strips path parts from file names itself, which would hide what PAW does with them)."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+
+from conversations.models import Conversation
+
+BOUNDARY = "pawtestboundary7d1f"
+
+
+def multipart(filename: str, content: bytes, field: str = "file") -> bytes:
+    """A multipart/form-data body with one file part, the name sent verbatim (UTF-8)."""
+    head = (
+        f"--{BOUNDARY}\r\n"
+        f'Content-Disposition: form-data; name="{field}"; filename="{filename}"\r\n'
+        "Content-Type: application/octet-stream\r\n\r\n"
+    ).encode()
+    return head + content + f"\r\n--{BOUNDARY}--\r\n".encode()
+
+
+MULTIPART = f"multipart/form-data; boundary={BOUNDARY}"
+
+
+def upload(client, conversation_id, filename: str, content: bytes, **extra):
+    """POST one file to the conversation's files endpoint; the response."""
+    return client.generic(
+        "POST",
+        f"/api/conversations/{conversation_id}/files",
+        multipart(filename, content),
+        content_type=MULTIPART,
+        **extra,
+    )
+
+
+def sha256(content: bytes) -> str:
+    return hashlib.sha256(content).hexdigest()
+
+
+def conversation_of(user, **fields) -> Conversation:
+    return Conversation.objects.create(user=user, **fields)
+
+
+def missing_id() -> str:
+    return str(uuid.uuid4())
