@@ -272,7 +272,7 @@ REST_FRAMEWORK = {
         "rest_framework.parsers.JSONParser",
         "rest_framework.parsers.FormParser",
     ],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "paw_project.schema.PawAutoSchema",
     "EXCEPTION_HANDLER": "paw_project.exception_handlers.api_exception_handler",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
     # Client IPs come from REMOTE_ADDR unless PAW_NUM_PROXIES says how many proxies in front

@@ -9,8 +9,8 @@ import pytest
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.test import Client
-from rest_framework_simplejwt.tokens import AccessToken
 
+from accounts.services import auth_token_pair_for, auth_tokens_revoke
 from conversations.models import Approval, Conversation, Run, RunEvent
 from conversations.services.runs import run_start
 from conversations.workspaces import workspace_ensure
@@ -330,7 +330,7 @@ async def test_sockets_without_a_user_another_users_or_unknown_conversations_are
 
 async def test_a_jwt_in_the_query_or_subprotocol_authenticates_integrations(db):
     conversation = await database_sync_to_async(ConversationFactory)()
-    token = str(await database_sync_to_async(AccessToken.for_user)(conversation.user))
+    token = (await database_sync_to_async(auth_token_pair_for)(user=conversation.user))["access"]
     origin = [(b"origin", b"http://localhost")]
     via_query = WebsocketCommunicator(
         application, f"/ws/conversations/{conversation.id}/?token={token}", origin
@@ -348,12 +348,12 @@ async def test_a_jwt_in_the_query_or_subprotocol_authenticates_integrations(db):
     assert await via_protocol.receive_json_from() == {"type": "pong"}
     await via_protocol.disconnect()
     assert await close_code(conversation.id, origin, "?token=not-a-token") == 4401
-    stranger_token = str(
-        await database_sync_to_async(AccessToken.for_user)(
-            await database_sync_to_async(UserFactory)()
-        )
-    )
+    stranger = await database_sync_to_async(UserFactory)()
+    stranger_token = (await database_sync_to_async(auth_token_pair_for)(user=stranger))["access"]
     assert await close_code(conversation.id, origin, f"?token={stranger_token}") == 4403
+    # A revoked token (the user logged out everywhere) is refused.
+    await database_sync_to_async(auth_tokens_revoke)(user=conversation.user)
+    assert await close_code(conversation.id, origin, f"?token={token}") == 4401
 
 
 async def test_bad_messages_get_an_error_and_the_socket_stays_usable(db):
