@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -369,6 +370,11 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
     model: ScriptedModel
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Clients hanging up on a kept-alive connection are normal, not worth a traceback."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 class ScriptedModel:
