@@ -343,38 +343,57 @@ class Run:
                 + estimate_tokens(json.dumps(tools)) + self.agent.settings.max_output_tokens)
 
     def _fit(self, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """The messages of the next call, within the context budget (see module doc)."""
+        """The messages of the next call within the context budget: older turns are
+        folded into the summary (then dropped), this run's older tool outputs elided and
+        the latest one cut; ``notify compact`` says what was done. Raises
+        :class:`RunFailed` (``context``) when even that does not fit."""
         budget = self.agent.settings.context_budget
         messages = self._compose()
         if self._needed(messages, tools) <= budget:
             return messages
+        report: dict[str, Any] = {"dropped_turns": 0, "summarized": False,
+                                  "elided_tool_outputs": 0, "cut_tool_output": False}
         memory = self.agent.memory
         dropped: list[Turn] = []
         while memory and self._needed(messages, tools) > budget:
             dropped.append(memory.popleft())
             messages = self._compose()
         if dropped:
-            summarized = self._summarize(dropped)
+            report["dropped_turns"] = len(dropped)
+            report["summarized"] = self._summarize(dropped)
             messages = self._compose()
             if self._needed(messages, tools) > budget and self.agent.summary:
                 self.agent.summary = ""
-                summarized = False
+                report["summarized"] = False
                 messages = self._compose()
-            self.stream.notify("compact", {"dropped_turns": len(dropped),
-                                           "summarized": summarized})
-        # Then the bulky tool output of this run, oldest first (the latest stays).
-        for message in self.messages[:-1]:
+        # Then this run's tool outputs, oldest first; the latest is cut rather than dropped.
+        tool_messages = [m for m in self.messages if m["role"] == "tool"]
+        latest = self.messages[-1] if self.messages and self.messages[-1]["role"] == "tool" \
+            else None
+        for message in tool_messages:
             if self._needed(messages, tools) <= budget:
                 break
-            if message["role"] == "tool" and len(message["content"]) > len(ELIDED):
+            if message is not latest and len(message["content"]) > len(ELIDED):
                 message["content"] = ELIDED
+                report["elided_tool_outputs"] += 1
                 messages = self._compose()
+        excess = self._needed(messages, tools) - budget
+        if excess > 0 and latest is not None:
+            # Tokens are ~3.5 characters (model.estimate_tokens); keep a margin.
+            keep = len(latest["content"]) - excess * 4 - 200
+            if keep > 200:
+                latest["content"] = (latest["content"][:keep]
+                                     + "\n[cut to fit the context budget]")
+                report["cut_tool_output"] = True
+                messages = self._compose()
+        if any(report.values()):
+            self.stream.notify("compact", report)
         needed = self._needed(messages, tools)
         if needed > budget:
             raise RunFailed("context", (
                 f"the request needs about {needed} tokens (answer included), more than "
-                f"the context budget of {budget} "
-                f"(--context-budget), even without earlier turns"))
+                f"the context budget of {budget} (--context-budget), even without earlier "
+                f"turns"))
         return messages
 
     def _summarize(self, turns: list[Turn]) -> bool:

@@ -197,4 +197,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    finally:
+        # paw-agent closed the channel (or is gone): nothing the code started may stay.
+        os.killpg(0, signal.SIGKILL)

@@ -44,12 +44,13 @@ class AgentServer:
     def serve(self) -> int:
         """Write ``ready``, serve ops until shutdown/EOF/signal, drain, clean up; returns
         the exit code (0)."""
-        self.writer.write({"type": "ready", "pid": os.getpid(),
-                           "protocol_version": PROTOCOL_VERSION,
-                           "capabilities": list(CAPABILITIES)})
+        # Handlers first: a host may signal the moment it has read ``ready``.
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(ValueError, OSError):
                 signal.signal(sig, self._on_signal)
+        self.writer.write({"type": "ready", "pid": os.getpid(),
+                           "protocol_version": PROTOCOL_VERSION,
+                           "capabilities": list(CAPABILITIES)})
         threading.Thread(target=self._read_ops, name="paw-agent-reader", daemon=True).start()
         while not self._stop.wait(1.0):
             pass

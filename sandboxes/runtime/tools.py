@@ -375,8 +375,11 @@ class Toolbox:
         if not isinstance(spec, str) or not spec.strip():
             raise ToolError("package must be a non-empty string")
         spec = spec.strip()
-        if spec.endswith((".whl", ".tar.gz", ".zip")):
-            target_spec = str(self.workspace.resolve(spec))
+        if spec.endswith((".whl", ".tar.gz", ".zip")) and "://" not in spec:
+            path = self.workspace.resolve(spec)
+            if not path.is_file():
+                raise ToolError(f"no package file {spec!r} in the workspace")
+            target_spec = str(path)
         elif REQUIREMENT.match(spec):
             target_spec = spec
         else:
