@@ -246,6 +246,7 @@ class Run:
         except Exception as exc:  # a bug must still end the run cleanly
             traceback.print_exc(file=sys.stderr)
             errors.append({"code": "unknown", "message": f"internal error: {exc!r}"})
+        self.control.close()
         for error in errors:
             self.stream.notify("error", error["message"])
         if not answer and (cancelled or errors):

@@ -9,6 +9,7 @@ cancelled ``result`` leaves within the protocol's budget (1 s, issue 3).
 from __future__ import annotations
 
 import contextlib
+import heapq
 import queue
 import threading
 import time
@@ -29,16 +30,58 @@ class Stopped(Exception):  # a state, not an error
         self.reason = reason
 
 
+class _Watchdog:
+    """One thread for the whole process that stops runs at their deadline, so a run
+    blocked anywhere (a model that does not answer) is still stopped on time without a
+    thread per run."""
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition()
+        self._heap: list[tuple[float, int, RunControl]] = []
+        self._thread: threading.Thread | None = None
+
+    def watch(self, control: RunControl) -> None:
+        assert control.deadline is not None
+        with self._condition:
+            heapq.heappush(self._heap, (control.deadline, id(control), control))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="paw-agent-watchdog",
+                                                daemon=True)
+                self._thread.start()
+            self._condition.notify()
+
+    def _loop(self) -> None:
+        while True:
+            with self._condition:
+                while not self._heap or self._heap[0][0] > time.monotonic():
+                    wait = self._heap[0][0] - time.monotonic() if self._heap else None
+                    self._condition.wait(wait)
+                _, _, control = heapq.heappop(self._heap)
+            if not control.closed:
+                control.stop("timeout")
+
+
+_watchdog = _Watchdog()
+
+
 class RunControl:
     """Cancel flag, optional deadline (``time.monotonic()`` seconds) and stop hooks of one
-    run. Thread-safe: ``stop`` is called from the reader thread, the rest from the run's."""
+    run. Thread-safe: ``stop`` is called from the reader thread and the watchdog, the rest
+    from the run's thread. ``close`` it when the run is over."""
 
     def __init__(self, deadline: float | None = None) -> None:
         self.deadline = deadline
         self.reason: str | None = None
+        self.closed = False
         self._event = threading.Event()
         self._hooks: list[Callable[[], None]] = []
         self._lock = threading.Lock()
+        if deadline is not None:
+            _watchdog.watch(self)
+
+    def close(self) -> None:
+        """The run is over: its deadline no longer matters."""
+        self.closed = True
 
     @property
     def stopped(self) -> bool:

@@ -11,10 +11,12 @@ HTTP 401/403 fail at once (code ``auth``): retrying a refused key only burns tim
 
 from __future__ import annotations
 
+import contextlib
 import json
-import queue
 import random
+import socket
 import threading
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -125,6 +127,16 @@ class ModelClient:
     ``model`` is the model name; ``base_url``/``api_key`` None means the SDK's defaults
     and environment. ``attempts`` counts the first try; ``retry_base`` (s) doubles per
     retry, with jitter, capped at 30 s.
+
+    Requests go through the SDK's generic ``client.post`` (its documented way to call an
+    endpoint with a body as is), which keeps the SDK's auth, base URL, timeouts and typed
+    HTTP errors, while skipping what costs milliseconds per round here: the resource
+    method's deep transform of the messages and a pydantic model per stream chunk. The
+    stream is read to its end, so the connection is reused (the SDK's own stream closes
+    it right after ``[DONE]``).
+    The HTTP exchange runs on the run's own thread; a stop shuts the client's sockets
+    down (sockets found through httpcore's public ``trace`` extension), which wakes a
+    blocked read at once.
     """
 
     def __init__(
@@ -141,20 +153,51 @@ class ModelClient:
         self.retry_base = retry_base
         self.request_timeout = request_timeout
         self._client: Any = None
+        self._raw: Any = None
         self._client_lock = threading.Lock()
+        self._sockets: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._control: RunControl | None = None
 
-    def _sdk(self) -> Any:
-        """The ``openai.OpenAI`` client, built on first use (one per process, so HTTP
-        connections are kept alive across rounds)."""
+    def _build(self) -> None:
         with self._client_lock:
-            if self._client is None:
-                import openai
+            if self._client is not None:
+                return
+            import httpx
+            import openai
 
-                self._client = openai.OpenAI(
-                    base_url=self.base_url, api_key=self.api_key, max_retries=0,
-                    timeout=openai.Timeout(self.request_timeout, connect=10.0),
-                )
-            return self._client
+            http = openai.DefaultHttpxClient(event_hooks={"request": [self._on_request]})
+            self._raw = httpx.Response
+            self._client = openai.OpenAI(
+                base_url=self.base_url, api_key=self.api_key, max_retries=0,
+                timeout=openai.Timeout(self.request_timeout, connect=10.0), http_client=http,
+            )
+
+    def _sdk(self, control: RunControl) -> Any:
+        """The ``openai.OpenAI`` client, built on first use (one per process, so HTTP
+        connections are kept alive across rounds). The first build imports the SDK
+        (~0.5 s or more) on a helper thread, so a cancel meanwhile is not held up."""
+        if self._client is None:
+            control.call(self._build)
+        return self._client
+
+    def _on_request(self, request: Any) -> None:
+        request.extensions["trace"] = self._trace
+
+    def _trace(self, event: str, info: dict[str, Any]) -> None:
+        if event in ("connection.connect_tcp.complete", "connection.start_tls.complete"):
+            stream = info.get("return_value")
+            sock = stream.get_extra_info("socket") if stream is not None else None
+            if sock is not None:
+                self._sockets.add(sock)
+                control = self._control
+                if control is not None and control.stopped:
+                    self._shutdown_sockets()
+
+    def _shutdown_sockets(self) -> None:
+        """Wake every read blocked on this client's connections (a run was stopped)."""
+        for sock in list(self._sockets):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
 
     def complete(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, *,
@@ -171,31 +214,38 @@ class ModelClient:
         after the last attempt) and ``Stopped`` when the run is cancelled or times out.
         """
         use_stream = self.stream if stream is None else stream
-        kwargs: dict[str, Any] = {
+        body: dict[str, Any] = {
             "model": self.model, "messages": messages,
             "max_tokens": max_tokens or self.max_output_tokens,
         }
         if tools:
-            kwargs["tools"] = tools
+            body["tools"] = tools
+        if use_stream:
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
+        client = self._sdk(control)
         attempt = 0
         while True:
             attempt += 1
             control.check()
-            emitted: list[bool] = [False]
+            emitted = [False]
 
             def text_sink(piece: str, emitted: list[bool] = emitted) -> None:
                 emitted[0] = True
                 if on_text is not None:
                     on_text(piece)
 
+            self._control = control
             try:
-                if use_stream:
-                    completion = self._streamed(kwargs, control, text_sink)
-                else:
-                    completion = self._whole(kwargs, control, text_sink)
+                with control.on_stop(self._shutdown_sockets):
+                    if use_stream:
+                        completion = self._streamed(client, body, control, text_sink)
+                    else:
+                        completion = self._whole(client, body, text_sink)
             except Stopped:
                 raise
             except Exception as exc:
+                control.check()  # a read broken by a stop is the stop, not a failure
                 failure = _classify(exc)
                 if not failure.retry:
                     raise ModelError(failure.code, failure.message) from exc
@@ -214,6 +264,8 @@ class ModelClient:
                               "partial": emitted[0]})
                 control.sleep(delay)
                 continue
+            finally:
+                self._control = None
             if completion.input_tokens == 0 and completion.output_tokens == 0:
                 completion.estimated = True
                 completion.input_tokens = estimate_tokens(
@@ -223,83 +275,70 @@ class ModelClient:
                                               for c in completion.tool_calls))
             return completion
 
-    def _whole(self, kwargs: dict[str, Any], control: RunControl,
+    def _whole(self, client: Any, body: dict[str, Any],
                on_text: Callable[[str], None]) -> Completion:
-        def request() -> Any:
-            return self._sdk().chat.completions.create(**kwargs)
-
-        response = control.call(request)
+        response = client.post("/chat/completions", body=body, cast_to=self._raw)
+        data = response.json()
+        _raise_in_body(data)
         completion = Completion()
-        if response.choices:
-            message = response.choices[0].message
-            completion.text = message.content or ""
-            for n, call in enumerate(message.tool_calls or []):
-                completion.tool_calls.append(ToolCall(
-                    id=call.id or f"call_{n}", name=call.function.name or "",
-                    arguments=call.function.arguments or ""))
+        choices = data.get("choices") or []
+        message = (choices[0].get("message") or {}) if choices else {}
+        completion.text = _text(message.get("content"))
+        for n, call in enumerate(message.get("tool_calls") or []):
+            function = call.get("function") or {}
+            arguments = function.get("arguments") or ""
+            if not isinstance(arguments, str):
+                arguments = json.dumps(arguments)
+            completion.tool_calls.append(ToolCall(
+                id=call.get("id") or f"call_{n}", name=function.get("name") or "",
+                arguments=arguments))
         if completion.text:
             on_text(completion.text)
-        if response.usage is not None:
-            completion.input_tokens = response.usage.prompt_tokens or 0
-            completion.output_tokens = response.usage.completion_tokens or 0
+        _take_usage(completion, data.get("usage"))
         return completion
 
-    def _streamed(self, kwargs: dict[str, Any], control: RunControl,
+    def _streamed(self, client: Any, body: dict[str, Any], control: RunControl,
                   on_text: Callable[[str], None]) -> Completion:
-        # The HTTP stream is read on a helper thread and handed over through a queue, so
-        # the run thread can leave the moment it is cancelled, whatever the socket does.
-        chunks: queue.Queue[tuple[str, Any]] = queue.Queue()
-        holder: dict[str, Any] = {}
-
-        def reader() -> None:
-            try:
-                stream = self._sdk().chat.completions.create(
-                    **kwargs, stream=True, stream_options={"include_usage": True})
-                holder["stream"] = stream
-                for chunk in stream:
-                    if holder.get("abandoned"):
-                        break
-                    chunks.put(("chunk", chunk))
-                chunks.put(("end", None))
-            except BaseException as exc:  # handed to the run thread
-                chunks.put(("error", exc))
-
-        def abandon() -> None:
-            holder["abandoned"] = True
-            stream = holder.get("stream")
-            if stream is not None:
-                stream.close()
-
-        threading.Thread(target=reader, name="paw-agent-model", daemon=True).start()
         completion = Completion()
         calls: dict[int, dict[str, str]] = {}
         text: list[str] = []
-        with control.on_stop(abandon):
-            while True:
-                kind, item = control.get(chunks)
-                if kind == "end":
-                    break
-                if kind == "error":
-                    raise item
-                if item.usage is not None:
-                    completion.input_tokens = item.usage.prompt_tokens or 0
-                    completion.output_tokens = item.usage.completion_tokens or 0
-                if not item.choices:
+        response = client.post("/chat/completions", body=body, cast_to=self._raw, stream=True)
+        try:
+            # Server-sent events (https://html.spec.whatwg.org/multipage/server-sent-events.html):
+            # chat chunks are single "data:" lines. Reading to the end of the body (past
+            # [DONE]) lets the connection go back to the pool for the next round.
+            for line in response.iter_lines():
+                if not line.startswith("data:"):
                     continue
-                delta = item.choices[0].delta
-                if delta is None:
+                payload = line[5:].strip()
+                if not payload or payload == "[DONE]":
                     continue
-                if delta.content:
-                    text.append(delta.content)
-                    on_text(delta.content)
-                for call in delta.tool_calls or []:
-                    index = call.index if isinstance(call.index, int) else len(calls)
+                control.check()
+                chunk = json.loads(payload)
+                _raise_in_body(chunk)
+                if chunk.get("usage"):
+                    _take_usage(completion, chunk["usage"])
+                choices = chunk.get("choices") or []
+                delta = (choices[0].get("delta") or {}) if choices else {}
+                content = delta.get("content")
+                if content:
+                    text.append(content)
+                    on_text(content)
+                for call in delta.get("tool_calls") or []:
+                    index = call.get("index")
+                    if not isinstance(index, int):
+                        # No index: a new id starts a new call, else the last one goes on.
+                        last = max(calls, default=None)
+                        new = last is None or (call.get("id") and call["id"] != calls[last]["id"])
+                        index = len(calls) if new else last
                     slot = calls.setdefault(index, {"id": "", "name": "", "arguments": ""})
-                    if call.id:
-                        slot["id"] = call.id
-                    if call.function is not None:
-                        slot["name"] += call.function.name or ""
-                        slot["arguments"] += call.function.arguments or ""
+                    if call.get("id"):
+                        slot["id"] = call["id"]
+                    function = call.get("function") or {}
+                    slot["name"] += function.get("name") or ""
+                    slot["arguments"] += function.get("arguments") or ""
+        finally:
+            response.close()
         completion.text = "".join(text)
         completion.tool_calls = [
             ToolCall(id=slot["id"] or f"call_{index}", name=slot["name"],
@@ -307,3 +346,29 @@ class ModelClient:
             for index, slot in sorted(calls.items())
         ]
         return completion
+
+
+class ProviderError(Exception):
+    """An error object inside a 200 response (some providers report failures that way)."""
+
+
+def _raise_in_body(data: Any) -> None:
+    if isinstance(data, dict) and data.get("error"):
+        error = data["error"]
+        message = error.get("message") if isinstance(error, dict) else str(error)
+        raise ProviderError(str(message or "the provider reported an error"))
+
+
+def _text(content: Any) -> str:
+    """Message content as text (a string, or a list of parts with ``text``)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return ""
+
+
+def _take_usage(completion: Completion, usage: Any) -> None:
+    if isinstance(usage, dict):
+        completion.input_tokens = int(usage.get("prompt_tokens") or 0)
+        completion.output_tokens = int(usage.get("completion_tokens") or 0)

@@ -30,13 +30,15 @@ def test_the_round_budget_ends_a_run_that_keeps_calling_tools(start, model):
     assert result["usage"]["rounds"] == 3 and result["cancelled"] is False
 
 
-def test_the_wall_clock_limit_stops_a_slow_model_with_code_timeout(start, model):
-    model.load(script({"text": "late", "delay": 30}))
-    runtime = start("paw-agent", "--timeout", "1")
+def test_the_wall_clock_limit_stops_a_model_that_does_not_answer(start, model):
+    model.load(script("Warm.", {"text": "late", "delay": 60}))
+    runtime = start("paw-agent", "--timeout", "6")
     runtime.ready()
-    result = runtime.submit("slow", timeout=20)[-1]
+    # A first run loads the SDK, so the second one is stopped while its request waits.
+    assert runtime.submit("warm up", run_id="r0")[-1]["errors"] == []
+    result = runtime.submit("slow", run_id="r1", timeout=30)[-1]
     assert [e["code"] for e in result["errors"]] == ["timeout"]
-    assert "wall-clock limit of 1 s" in result["errors"][0]["message"]
+    assert "wall-clock limit of 6 s" in result["errors"][0]["message"]
     assert result["cancelled"] is False
 
 

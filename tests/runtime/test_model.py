@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from tests.runtime.driver import answer_text, notifies
 from tests.support import free_port
 
@@ -138,3 +140,26 @@ def test_no_stream_asks_for_whole_answers(start, model):
     assert [x["text"] for x in lines if x["type"] == "delta"] == ["One piece."]
     assert not model.requests[0].get("stream")
     assert lines[-1]["usage"]["input"] > 0
+
+
+def test_cancel_while_the_model_has_not_answered_yet(start, model):
+    model.load(script("Warm.", {"text": "never", "delay": 30}))
+    runtime = start()
+    runtime.ready()
+    runtime.submit("warm up", run_id="r0")  # the SDK is imported, the connection open
+    runtime.send({"op": "submit", "prompt": "hi", "run_id": "r1"})
+    runtime.wait_for(lambda x: x["type"] == "start")
+    time.sleep(0.5)  # the request is out, waiting for the first byte
+    runtime.send({"op": "cancel", "run_id": "r1"})
+    result = runtime.wait_for(lambda x: x["type"] == "result", timeout=10)
+    assert result["cancelled"] is True and result["errors"] == []
+    assert result["usage"]["rounds"] == 0
+
+
+def test_rounds_reuse_one_connection(start, model):
+    model.load(script({"tool_calls": [{"name": "list_files", "arguments": {}}]}, "Done."))
+    runtime = start()
+    runtime.ready()
+    runtime.submit("hi")
+    runtime.submit("again", run_id="r2")
+    assert len({entry["client_port"] for entry in model.log}) == 1
