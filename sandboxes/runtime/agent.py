@@ -11,13 +11,13 @@ instead of overflowing the provider), and the memory of the last ``memory_turns`
 from __future__ import annotations
 
 import json
-import os
 import sys
 import threading
 import time
 import traceback
 import uuid
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,7 +78,7 @@ class Agent:
     ``environ`` supplies ``OPENAI_*`` and ``PAW_DATASOURCE*``. Raises
     ``FileNotFoundError`` if the project folder does not exist."""
 
-    def __init__(self, settings: Settings, environ: dict[str, str] | os._Environ) -> None:
+    def __init__(self, settings: Settings, environ: Mapping[str, str]) -> None:
         self.settings = settings
         self.workspace = Workspace(settings.project)
         self.model = ModelClient(

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import heapq
-import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -141,15 +140,6 @@ class RunControl:
             if left <= 0:
                 return
             self._event.wait(self._slice(left))
-
-    def get(self, source: queue.Queue[T]) -> T:
-        """The next item of ``source``; raise :class:`Stopped` as soon as the run stops."""
-        while True:
-            self.check()
-            try:
-                return source.get(timeout=self._slice())
-            except queue.Empty:
-                continue
 
     def wait_event(self, event: threading.Event, timeout: float | None = None) -> bool:
         """Wait for ``event`` (True) or ``timeout`` seconds (False; None = no limit); raise

@@ -19,20 +19,23 @@ from pathlib import Path
 from sandboxes.runtime.control import RunControl, Stopped
 
 GUARD = str(Path(__file__).resolve().parent / "guard.py")
-SECRET_MARKERS = ("API_KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL")
 
 _groups: set[int] = set()
 _groups_lock = threading.Lock()
 
 
 def tool_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """paw-agent's environment minus anything secret-looking (``*API_KEY*``, ``*TOKEN*``,
-    ``*SECRET*``, ``*PASSWORD*``, the model settings ``OPENAI_*`` and the datasource URLs
-    ``PAW_DATASOURCE_*``), plus ``extra``: what tool processes see."""
+    """What tool processes see: paw-agent's environment without its own credentials, the
+    model settings ``OPENAI_*`` (the operator's key) and the datasource variables
+    ``PAW_DATASOURCE*`` (URLs with passwords; ``run_sql`` is the way to a datasource), nor
+    any other variable holding the same value as ``OPENAI_API_KEY``; plus ``extra``.
+    Everything else the host chose to give the sandbox (the user's own secrets) stays
+    visible, since it was given for the agent's code to use."""
+    api_key = os.environ.get("OPENAI_API_KEY")
     env = {
         name: value for name, value in os.environ.items()
-        if not any(marker in name.upper() for marker in SECRET_MARKERS)
-        and not name.startswith(("OPENAI_", "PAW_DATASOURCE"))
+        if not name.startswith(("OPENAI_", "PAW_DATASOURCE"))
+        and not (api_key and value == api_key)
     }
     env.update(extra or {})
     return env

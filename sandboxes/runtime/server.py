@@ -74,6 +74,8 @@ class AgentServer:
     # -- reading ------------------------------------------------------------------------
 
     def _read_ops(self) -> None:
+        # os.read on the raw descriptor: no buffered-reader lock for interpreter shutdown to
+        # trip over, and bytes, so a bad UTF-8 op is refused instead of ending the loop.
         buffer = bytearray()
         try:
             while not self._stop.is_set():
@@ -81,21 +83,16 @@ class AgentServer:
                     block = os.read(self.stdin_fd, 1 << 16)
                 except OSError as exc:
                     self.writer.error("protocol", f"cannot read op: {exc}")
-                    break
-                if not block:
-                    break
+                    return
+                if not block:  # EOF: the host closed the pipe
+                    if buffer.strip():
+                        self.handle_line(bytes(buffer))  # a last op without its newline
+                    return
                 buffer.extend(block)
-                while not self._stop.is_set():
-                    end = buffer.find(b"\n")
-                    if end < 0:
-                        break
+                while not self._stop.is_set() and (end := buffer.find(b"\n")) >= 0:
                     line = bytes(buffer[:end])
                     del buffer[: end + 1]
                     self.handle_line(line)
-            else:
-                return
-            if buffer.strip() and not self._stop.is_set():
-                self.handle_line(bytes(buffer))  # a last op without its newline
         finally:
             self._stop.set()
 

@@ -146,7 +146,8 @@ def _cut(text: str, limit: int = MAX_RESULT) -> str:
     return f"{text[:half]}\n… [{len(text) - limit} characters omitted] …\n{text[-half:]}"
 
 
-def _first_line(text: str, limit: int = 120) -> str:
+def _summary_line(text: str, limit: int = 120) -> str:
+    """The last line of ``text`` (a traceback's exception, a query's row count), cut."""
     line = next((x.strip() for x in text.strip().splitlines()[-1:] if x.strip()), "")
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
@@ -197,7 +198,7 @@ class Toolbox:
         try:
             outcome = method(args, context)
         except (ToolError, PathRefused, SqlError) as exc:
-            return ToolOutcome(f"error: {exc}", ok=False, summary=_first_line(str(exc)))
+            return ToolOutcome(f"error: {exc}", ok=False, summary=_summary_line(str(exc)))
         except (TypeError, KeyError) as exc:
             return ToolOutcome(f"error: bad arguments for {name}: {exc}", ok=False,
                                summary="bad arguments")
@@ -230,7 +231,10 @@ class Toolbox:
                     continue
                 rel = self.workspace.relative(item) if current != folder or args.get(
                     "recursive") else item.name
-                if item.is_dir():
+                if item.is_symlink():
+                    # Never followed: a link may point outside the workspace.
+                    entries.append(f"{rel}  (symlink)")
+                elif item.is_dir():
                     entries.append(f"{rel}/")
                     if args.get("recursive"):
                         pending.append(item)
@@ -255,8 +259,7 @@ class Toolbox:
                                   context)
             if answer.get("error"):
                 raise ToolError(f"cannot read {args['path']} as a table: {answer['error']}")
-            return ToolOutcome(answer["stdout"], summary=_first_line(
-                answer["stdout"].split("\n", 1)[0]))
+            return ToolOutcome(answer["stdout"], summary=answer["stdout"].split("\n", 1)[0])
         size = path.stat().st_size
         with path.open("rb") as handle:
             head = handle.read(8192)
@@ -344,7 +347,7 @@ class Toolbox:
             parts.append("files written: " + ", ".join(changed[:50]))
         text = "\n\n".join(parts) or "(no output)"
         if answer.get("error"):
-            return ToolOutcome(text, ok=False, summary=_first_line(answer["error"]))
+            return ToolOutcome(text, ok=False, summary=_summary_line(answer["error"]))
         written = (answer.get("figures") or []) + changed
         summary = ("wrote " + ", ".join(written[:5])) if written else "ok"
         return ToolOutcome(text, summary=summary)
@@ -437,7 +440,7 @@ class Toolbox:
             return ToolOutcome(DECLINED, ok=False, summary=DECLINED)
         text = run_query(source, query, read_only=read_only, timeout=self.tool_timeout,
                          control=context.control)
-        return ToolOutcome(text, summary=_first_line(text))
+        return ToolOutcome(text, summary=_summary_line(text))
 
     # -- people -----------------------------------------------------------------------
 

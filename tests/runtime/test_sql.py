@@ -107,16 +107,23 @@ def test_sqlite_write_needs_approval(start, model, shop_sqlite, approve):
         assert count_sqlite(shop_sqlite) == 3
 
 
-def test_unknown_datasource_and_sql_errors_go_back_to_the_model(start, model, shop_sqlite):
+def test_sql_errors_go_back_to_the_model_and_code_never_sees_credentials(start, model, shop_sqlite):
+    code = ("import os\nprint(sorted(k for k, v in os.environ.items() if k.startswith("
+            "('OPENAI', 'PAW_DATASOURCE')) or v == 'sk-runtime-test'), os.environ['MY_TOKEN'])")
     model.load(script(sql_call("SELECT 1", datasource="nope"),
-                      sql_call("SELECT * FROM missing_table")))
-    runtime = start("paw-agent", env=datasource_env("shop", "sqlite", f"sqlite:///{shop_sqlite}"))
+                      sql_call("SELECT * FROM missing_table"),
+                      {"tool_calls": [{"name": "run_python", "arguments": {"code": code}}]}))
+    env = {**datasource_env("shop", "sqlite", f"sqlite:///{shop_sqlite}"),
+           "KEY_COPY": "sk-runtime-test", "MY_TOKEN": "the user's own"}
+    runtime = start("paw-agent", env=env)
     runtime.ready()
-    lines = runtime.submit("oops")
+    lines = runtime.submit("oops", timeout=120)
     assert tool_results(model) == [
         "error: no datasource 'nope'; the datasources are: shop",
-        "error: SQLite error: no such table: missing_table"]
-    assert [t["ok"] for t in notifies(lines, "tool")] == [False, False]
+        "error: SQLite error: no such table: missing_table",
+        # The code sees neither the provider key nor the datasource URLs, only the rest.
+        "[] the user's own"]
+    assert [t["ok"] for t in notifies(lines, "tool")] == [False, False, True]
 
 
 TABLE = "runtime_scratch_tips"  # in this session's own test database

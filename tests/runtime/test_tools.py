@@ -157,20 +157,22 @@ def test_paths_leaving_the_workspace_are_refused(start, model, workspace, tmp_pa
         call("write_file", path="link/new.txt", content="x"),
         call("list_files", path="/"),
         call("delete_file", path="link/secret.txt"),
+        call("list_files", path=".", recursive=True),
     ))
     runtime = start()
     runtime.ready()
     lines = runtime.submit("escape", timeout=60)
-    results = tool_results(model)
+    *results, listing = tool_results(model)
     assert len(results) == 7
     assert all(r.startswith("error: refused") for r in results), results
+    assert listing == "link  (symlink)"  # listed, never followed
     assert "'..' is not allowed" in results[0]
     assert "absolute paths are not allowed" in results[1]
     assert "outside the workspace" in results[2]
     assert "top secret" not in "".join(results)
     assert not (tmp_path / "escape.txt").exists() and not (outside / "new.txt").exists()
     assert (outside / "secret.txt").exists()
-    assert [t["ok"] for t in notifies(lines, "tool")] == [False] * 7
+    assert [t["ok"] for t in notifies(lines, "tool")] == [False] * 7 + [True]
     assert notifies(lines, "ask") == []  # refused before any approval was asked
 
 
