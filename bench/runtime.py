@@ -38,24 +38,37 @@ TARGETS = {"ready": 0.2, "idle": 60.0, "overhead": 5.0}
 
 def environment(base: Path, model: ScriptedModel) -> dict[str, str]:
     """A from-scratch environment with private HOME, XDG_* and TMPDIR, like PAW's host."""
-    dirs = {"HOME": base, "XDG_DATA_HOME": base / "data", "XDG_CONFIG_HOME": base / "config",
-            "XDG_CACHE_HOME": base / "cache", "XDG_STATE_HOME": base / "state",
-            "TMPDIR": base / "tmp"}
+    dirs = {
+        "HOME": base,
+        "XDG_DATA_HOME": base / "data",
+        "XDG_CONFIG_HOME": base / "config",
+        "XDG_CACHE_HOME": base / "cache",
+        "XDG_STATE_HOME": base / "state",
+        "TMPDIR": base / "tmp",
+    }
     for path in dirs.values():
         path.mkdir(parents=True, exist_ok=True)
     return {
         **{name: str(path) for name, path in dirs.items()},
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8",
-        "NO_PROXY": "127.0.0.1,localhost", "OPENAI_BASE_URL": model.base_url,
-        "OPENAI_API_KEY": "sk-bench", "OPENAI_MODEL": "scripted-model",
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "LANG": "C.UTF-8",
+        "NO_PROXY": "127.0.0.1,localhost",
+        "OPENAI_BASE_URL": model.base_url,
+        "OPENAI_API_KEY": "sk-bench",
+        "OPENAI_MODEL": "scripted-model",
     }
 
 
 def spawn(kind: str, env: dict[str, str], project: Path) -> subprocess.Popen:
     return subprocess.Popen(
-        [str(BIN / kind), "serve", "--project", str(project)], env=env, cwd=project,
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-        start_new_session=True)
+        [str(BIN / kind), "serve", "--project", str(project)],
+        env=env,
+        cwd=project,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
 
 
 def read_line(process: subprocess.Popen) -> dict:
@@ -109,8 +122,9 @@ def measure(kind: str, model: ScriptedModel, base: Path, spawns: int, runs: int)
     for n in range(runs + 2):
         model.clear_log()
         started = time.perf_counter()
-        process.stdin.write(json.dumps({"op": "submit", "prompt": "Say ok.",
-                                        "run_id": f"b{n}"}).encode() + b"\n")
+        process.stdin.write(
+            json.dumps({"op": "submit", "prompt": "Say ok.", "run_id": f"b{n}"}).encode() + b"\n"
+        )
         process.stdin.flush()
         while (line := read_line(process))["type"] != "result":
             pass
@@ -124,8 +138,10 @@ def measure(kind: str, model: ScriptedModel, base: Path, spawns: int, runs: int)
     busy = tree_rss_mb(process.pid)
     stop(process)
     return {
-        "ready_median": statistics.median(ready_times), "ready_best": min(ready_times),
-        "idle": statistics.median(idle), "busy": busy,
+        "ready_median": statistics.median(ready_times),
+        "ready_best": min(ready_times),
+        "idle": statistics.median(idle),
+        "busy": busy,
         "overhead_median": statistics.median(overheads),
         "overhead_p90": sorted(overheads)[int(len(overheads) * 0.9) - 1],
         "calls": statistics.median(calls),
@@ -142,21 +158,30 @@ def main() -> int:
     with ScriptedModel(SCRIPT) as model, tempfile.TemporaryDirectory() as tmp:
         for kind in RUNTIMES:
             results[kind] = measure(kind, model, Path(tmp) / kind, args.spawns, args.runs)
-    print(f"{'':22} {'ready median':>13} {'ready best':>11} {'idle RSS':>10} "
-          f"{'RSS after runs':>15} {'overhead/round':>15} {'p90':>8} {'calls/run':>10}")
+    print(
+        f"{'':22} {'ready median':>13} {'ready best':>11} {'idle RSS':>10} "
+        f"{'RSS after runs':>15} {'overhead/round':>15} {'p90':>8} {'calls/run':>10}"
+    )
     for kind, r in results.items():
-        print(f"{kind:22} {r['ready_median']:>11.3f} s {r['ready_best']:>9.3f} s "
-              f"{r['idle']:>7.1f} MB {r['busy']:>12.1f} MB {r['overhead_median']:>12.2f} ms "
-              f"{r['overhead_p90']:>5.2f} ms {r['calls']:>10g}")
+        print(
+            f"{kind:22} {r['ready_median']:>11.3f} s {r['ready_best']:>9.3f} s "
+            f"{r['idle']:>7.1f} MB {r['busy']:>12.1f} MB {r['overhead_median']:>12.2f} ms "
+            f"{r['overhead_p90']:>5.2f} ms {r['calls']:>10g}"
+        )
     paw = results["paw-agent"]
     verdicts = {
         "ready": paw["ready_median"] <= TARGETS["ready"],
         "idle": paw["idle"] <= TARGETS["idle"],
         "overhead": paw["overhead_median"] <= TARGETS["overhead"],
     }
-    print("paw-agent targets: " + ", ".join(
-        f"{name} ≤ {TARGETS[name]:g} {'s' if name == 'ready' else 'MB' if name == 'idle' else 'ms'}"
-        f" {'met' if ok else 'MISSED'}" for name, ok in verdicts.items()))
+    print(
+        "paw-agent targets: "
+        + ", ".join(
+            f"{name} ≤ {TARGETS[name]:g} {'s' if name == 'ready' else 'MB' if name == 'idle' else 'ms'}"
+            f" {'met' if ok else 'MISSED'}"
+            for name, ok in verdicts.items()
+        )
+    )
     return 0 if all(verdicts.values()) else 1
 
 

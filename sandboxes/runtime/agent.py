@@ -85,17 +85,23 @@ class Agent:
             model=environ.get("OPENAI_MODEL") or "gpt-4o-mini",
             base_url=environ.get("OPENAI_BASE_URL") or None,
             api_key=environ.get("OPENAI_API_KEY") or None,
-            stream=settings.stream, max_output_tokens=settings.max_output_tokens,
-            attempts=settings.attempts, retry_base=settings.retry_base,
+            stream=settings.stream,
+            max_output_tokens=settings.max_output_tokens,
+            attempts=settings.attempts,
+            retry_base=settings.retry_base,
         )
         self.memory: deque[Turn] = deque(maxlen=max(0, settings.memory_turns))
         self.summary = ""
         packages = settings.packages_dir or self.workspace.root / PRIVATE_DIR / "site-packages"
         self.kernel = PythonKernel(self.workspace.root, packages)
         datasources, self.warnings = load_datasources(environ)
-        self.toolbox = Toolbox(workspace=self.workspace, kernel=self.kernel,
-                               datasources=datasources, packages_dir=packages,
-                               tool_timeout=settings.tool_timeout)
+        self.toolbox = Toolbox(
+            workspace=self.workspace,
+            kernel=self.kernel,
+            datasources=datasources,
+            packages_dir=packages,
+            tool_timeout=settings.tool_timeout,
+        )
 
     def seed_history(self, turns: list[Turn]) -> None:
         """Replace the memory with ``turns`` (the newest ``memory_turns`` of them)."""
@@ -159,7 +165,8 @@ class Run:
         self.stream = stream
         settings = agent.settings
         self.control = RunControl(
-            time.monotonic() + settings.timeout if settings.timeout > 0 else None)
+            time.monotonic() + settings.timeout if settings.timeout > 0 else None
+        )
         self.usage = {"input": 0, "output": 0, "rounds": 0, "estimated": False}
         self.messages: list[dict[str, Any]] = []  # this run's assistant and tool messages
         self.last_text = ""
@@ -179,13 +186,17 @@ class Run:
         with self._ask_lock:
             state = self._pending
             if ask_id is None and self._abandoned:
-                return ("answer is ambiguous: a previous question timed out in this run, so "
-                        "answers must carry the ask_id from the ask line")
+                return (
+                    "answer is ambiguous: a previous question timed out in this run, so "
+                    "answers must carry the ask_id from the ask line"
+                )
             if state is None:
                 return f"no pending question for run {self.run_id}"
             if ask_id is not None and ask_id != state.ask_id:
-                return (f"stale answer: ask_id {ask_id} is not the pending question "
-                        f"({state.ask_id}) for run {self.run_id}")
+                return (
+                    f"stale answer: ask_id {ask_id} is not the pending question "
+                    f"({state.ask_id}) for run {self.run_id}"
+                )
             self._pending = None
         if state.kind == "confirm":
             state.answer = answers[0]
@@ -235,8 +246,14 @@ class Run:
         except Stopped as stop:
             if stop.reason == "timeout":
                 limit = self.agent.settings.timeout
-                errors.append({"code": "timeout", "message": (
-                    f"wall-clock limit of {limit:g} s reached (--timeout); the run was stopped")})
+                errors.append(
+                    {
+                        "code": "timeout",
+                        "message": (
+                            f"wall-clock limit of {limit:g} s reached (--timeout); the run was stopped"
+                        ),
+                    }
+                )
             else:
                 cancelled = True
         except RunFailed as failure:
@@ -253,9 +270,12 @@ class Run:
             answer = self.last_text
         self._remember(answer, cancelled, errors)
         return {
-            "answer": answer, "errors": errors,
-            "error_messages": [e["message"] for e in errors], "cancelled": cancelled,
-            "model": self.agent.model.model, "usage": dict(self.usage),
+            "answer": answer,
+            "errors": errors,
+            "error_messages": [e["message"] for e in errors],
+            "cancelled": cancelled,
+            "model": self.agent.model.model,
+            "usage": dict(self.usage),
         }
 
     def _remember(self, answer: str, cancelled: bool, errors: list[dict[str, str]]) -> None:
@@ -288,7 +308,9 @@ class Run:
             self.control.check()
             messages = self._fit(tools)
             completion = self.agent.model.complete(
-                messages, tools, control=self.control,
+                messages,
+                tools,
+                control=self.control,
                 on_text=lambda piece: self.stream.emit("delta", text=piece),
                 on_retry=self._on_retry,
             )
@@ -298,8 +320,11 @@ class Run:
             assistant: dict[str, Any] = {"role": "assistant", "content": completion.text or None}
             if completion.tool_calls:
                 assistant["tool_calls"] = [
-                    {"id": c.id, "type": "function",
-                     "function": {"name": c.name, "arguments": c.arguments or "{}"}}
+                    {
+                        "id": c.id,
+                        "type": "function",
+                        "function": {"name": c.name, "arguments": c.arguments or "{}"},
+                    }
                     for c in completion.tool_calls
                 ]
             if not completion.tool_calls:
@@ -307,23 +332,33 @@ class Run:
                     raise RunFailed("no_answer", "the model returned an empty answer")
                 return completion.text
             if tool_rounds >= settings.max_rounds:
-                raise RunFailed("budget", (
-                    f"round budget exhausted: the model still asked for tools after "
-                    f"{settings.max_rounds} tool rounds (--max-rounds {settings.max_rounds})"))
+                raise RunFailed(
+                    "budget",
+                    (
+                        f"round budget exhausted: the model still asked for tools after "
+                        f"{settings.max_rounds} tool rounds (--max-rounds {settings.max_rounds})"
+                    ),
+                )
             tool_rounds += 1
             self.messages.append(assistant)
             self.stream.notify("tool_start", [c.name for c in completion.tool_calls])
-            self.stream.notify("tool_calls", [
-                {"name": c.name, "args": display_args(c.arguments)}
-                for c in completion.tool_calls])
+            self.stream.notify(
+                "tool_calls",
+                [
+                    {"name": c.name, "args": display_args(c.arguments)}
+                    for c in completion.tool_calls
+                ],
+            )
             for call in completion.tool_calls:
                 self.control.check()
                 self.stream.notify("tool_running", call.name)
                 outcome = toolbox.run(call.name, call.arguments, context)
-                self.stream.notify("tool", {"name": call.name, "ok": outcome.ok,
-                                            "summary": outcome.summary})
+                self.stream.notify(
+                    "tool", {"name": call.name, "ok": outcome.ok, "summary": outcome.summary}
+                )
                 self.messages.append(
-                    {"role": "tool", "tool_call_id": call.id, "content": outcome.text})
+                    {"role": "tool", "tool_call_id": call.id, "content": outcome.text}
+                )
 
     # -- the context budget ------------------------------------------------------------
 
@@ -331,8 +366,12 @@ class Run:
         agent = self.agent
         messages: list[dict[str, Any]] = [{"role": "system", "content": agent.system_prompt()}]
         if agent.summary:
-            messages.append({"role": "system",
-                             "content": "Summary of the earlier conversation:\n" + agent.summary})
+            messages.append(
+                {
+                    "role": "system",
+                    "content": "Summary of the earlier conversation:\n" + agent.summary,
+                }
+            )
         for turn in agent.memory:
             messages.append({"role": "user", "content": turn.prompt})
             messages.append({"role": "assistant", "content": turn.answer})
@@ -340,8 +379,11 @@ class Run:
         return messages + self.messages
 
     def _needed(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
-        return (estimate_tokens(json.dumps(messages, ensure_ascii=False))
-                + estimate_tokens(json.dumps(tools)) + self.agent.settings.max_output_tokens)
+        return (
+            estimate_tokens(json.dumps(messages, ensure_ascii=False))
+            + estimate_tokens(json.dumps(tools))
+            + self.agent.settings.max_output_tokens
+        )
 
     def _fit(self, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The messages of the next call within the context budget: older turns are
@@ -352,8 +394,12 @@ class Run:
         messages = self._compose()
         if self._needed(messages, tools) <= budget:
             return messages
-        report: dict[str, Any] = {"dropped_turns": 0, "summarized": False,
-                                  "elided_tool_outputs": 0, "cut_tool_output": False}
+        report: dict[str, Any] = {
+            "dropped_turns": 0,
+            "summarized": False,
+            "elided_tool_outputs": 0,
+            "cut_tool_output": False,
+        }
         memory = self.agent.memory
         dropped: list[Turn] = []
         while memory and self._needed(messages, tools) > budget:
@@ -369,8 +415,9 @@ class Run:
                 messages = self._compose()
         # Then this run's tool outputs, oldest first; the latest is cut rather than dropped.
         tool_messages = [m for m in self.messages if m["role"] == "tool"]
-        latest = self.messages[-1] if self.messages and self.messages[-1]["role"] == "tool" \
-            else None
+        latest = (
+            self.messages[-1] if self.messages and self.messages[-1]["role"] == "tool" else None
+        )
         for message in tool_messages:
             if self._needed(messages, tools) <= budget:
                 break
@@ -383,18 +430,21 @@ class Run:
             # Tokens are ~3.5 characters (model.estimate_tokens); keep a margin.
             keep = len(latest["content"]) - excess * 4 - 200
             if keep > 200:
-                latest["content"] = (latest["content"][:keep]
-                                     + "\n[cut to fit the context budget]")
+                latest["content"] = latest["content"][:keep] + "\n[cut to fit the context budget]"
                 report["cut_tool_output"] = True
                 messages = self._compose()
         if any(report.values()):
             self.stream.notify("compact", report)
         needed = self._needed(messages, tools)
         if needed > budget:
-            raise RunFailed("context", (
-                f"the request needs about {needed} tokens (answer included), more than "
-                f"the context budget of {budget} (--context-budget), even without earlier "
-                f"turns"))
+            raise RunFailed(
+                "context",
+                (
+                    f"the request needs about {needed} tokens (answer included), more than "
+                    f"the context budget of {budget} (--context-budget), even without earlier "
+                    f"turns"
+                ),
+            )
         return messages
 
     def _summarize(self, turns: list[Turn]) -> bool:
@@ -403,17 +453,30 @@ class Run:
         previous = self.agent.summary
         transcript = "\n\n".join(f"User: {t.prompt}\nAssistant: {t.answer}" for t in turns)
         request = [
-            {"role": "system", "content": (
-                "Summarize this conversation between a user and a data agent in at most 200 "
-                "words: the user's goals, the facts established, the files produced and open "
-                "questions. Plain text.")},
-            {"role": "user", "content": (
-                (f"Earlier summary:\n{previous}\n\n" if previous else "") + transcript)[-200_000:]},
+            {
+                "role": "system",
+                "content": (
+                    "Summarize this conversation between a user and a data agent in at most 200 "
+                    "words: the user's goals, the facts established, the files produced and open "
+                    "questions. Plain text."
+                ),
+            },
+            {
+                "role": "user",
+                "content": ((f"Earlier summary:\n{previous}\n\n" if previous else "") + transcript)[
+                    -200_000:
+                ],
+            },
         ]
         try:
             completion = self.agent.model.complete(
-                request, None, control=self.control, stream=False, max_tokens=512,
-                on_retry=self._on_retry)
+                request,
+                None,
+                control=self.control,
+                stream=False,
+                max_tokens=512,
+                on_retry=self._on_retry,
+            )
         except ModelError as failure:
             if failure.code == "auth":
                 raise

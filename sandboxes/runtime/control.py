@@ -44,8 +44,9 @@ class _Watchdog:
         with self._condition:
             heapq.heappush(self._heap, (control.deadline, id(control), control))
             if self._thread is None:
-                self._thread = threading.Thread(target=self._loop, name="paw-agent-watchdog",
-                                                daemon=True)
+                self._thread = threading.Thread(
+                    target=self._loop, name="paw-agent-watchdog", daemon=True
+                )
                 self._thread.start()
             self._condition.notify()
 
@@ -100,8 +101,11 @@ class RunControl:
 
     def check(self) -> None:
         """Raise :class:`Stopped` if the run was stopped or its deadline passed."""
-        if self.deadline is not None and not self._event.is_set() \
-                and time.monotonic() >= self.deadline:
+        if (
+            self.deadline is not None
+            and not self._event.is_set()
+            and time.monotonic() >= self.deadline
+        ):
             self.stop("timeout")
         if self._event.is_set():
             raise Stopped(self.reason or "cancelled")

@@ -131,8 +131,10 @@ def _preview(path: str) -> str:
 
 def _describe(frame: Any) -> str:
     columns = ", ".join(f"{name} ({dtype})" for name, dtype in frame.dtypes.items())
-    return (f"{len(frame)} rows x {len(frame.columns)} columns\ncolumns: {columns}\n\n"
-            f"first rows:\n{frame.head(20).to_string()}")
+    return (
+        f"{len(frame)} rows x {len(frame.columns)} columns\ncolumns: {columns}\n\n"
+        f"first rows:\n{frame.head(20).to_string()}"
+    )
 
 
 def _capture_run(fn: Any) -> dict[str, Any]:
@@ -174,12 +176,14 @@ def main() -> None:
     for line in ctl_in:
         request = json.loads(line)
         if request.get("op") == "preview":
+
             def task(path: str = request["path"]) -> dict[str, Any]:
                 try:
                     return {"stdout": _preview(path), "error": None}
                 except Exception as exc:  # reported to the model
                     return {"stdout": "", "error": f"{type(exc).__name__}: {exc}"}
         else:
+
             def task(code: str = request.get("code", "")) -> dict[str, Any]:
                 before = _snapshot()
                 error = _execute(code, namespace)
@@ -191,6 +195,7 @@ def main() -> None:
                 after = _snapshot()
                 changed = sorted(p for p, stamp in after.items() if before.get(p) != stamp)
                 return {"error": error, "figures": figures, "files": changed}
+
         answer = _capture_run(task)
         ctl_out.write(json.dumps(answer).encode() + b"\n")
         ctl_out.flush()

@@ -53,19 +53,30 @@ class PythonKernel:
         request_read, request_write = os.pipe()
         answer_read, answer_write = os.pipe()
         python_path = [str(self.packages_dir), CODE_ROOT]
-        env = procs.tool_environment({
-            "PYTHONPATH": os.pathsep.join(python_path),
-            "MPLBACKEND": "module://sandboxes.runtime.mpl_backend",
-            "PYTHONUNBUFFERED": "1",
-            "PYTHONDONTWRITEBYTECODE": "1",
-        })
+        env = procs.tool_environment(
+            {
+                "PYTHONPATH": os.pathsep.join(python_path),
+                "MPLBACKEND": "module://sandboxes.runtime.mpl_backend",
+                "PYTHONUNBUFFERED": "1",
+                "PYTHONDONTWRITEBYTECODE": "1",
+            }
+        )
         try:
             # Not guarded: the kernel watches its parent itself (kernel._watch_parent).
             self._process = procs.spawn(
-                [sys.executable, "-m", "sandboxes.runtime.kernel", str(request_read),
-                 str(answer_write)],
-                cwd=self.workspace, env=env, guarded=False, stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                [
+                    sys.executable,
+                    "-m",
+                    "sandboxes.runtime.kernel",
+                    str(request_read),
+                    str(answer_write),
+                ],
+                cwd=self.workspace,
+                env=env,
+                guarded=False,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
                 pass_fds=(request_read, answer_write),
             )
         finally:
@@ -86,8 +97,9 @@ class PythonKernel:
             procs.kill_group(process.pid)
             process.wait()
 
-    def request(self, payload: dict[str, Any], *, timeout: float,
-                control: RunControl) -> dict[str, Any]:
+    def request(
+        self, payload: dict[str, Any], *, timeout: float, control: RunControl
+    ) -> dict[str, Any]:
         """Send one request (see ``kernel.py``) and return its answer.
 
         Raises :class:`KernelTimeout` after ``timeout`` seconds, :class:`KernelDied` if the

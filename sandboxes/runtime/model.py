@@ -97,11 +97,16 @@ def _classify(exc: BaseException) -> _Failure:
         status = exc.status_code
         detail = _error_detail(exc)
         if status in (401, 403):
-            return _Failure(False, "auth", f"the model provider refused the credentials "
-                                           f"(HTTP {status}): {detail}; check OPENAI_API_KEY")
+            return _Failure(
+                False,
+                "auth",
+                f"the model provider refused the credentials "
+                f"(HTTP {status}): {detail}; check OPENAI_API_KEY",
+            )
         if status in RETRYABLE_STATUSES or status >= 500:
-            return _Failure(True, "unknown", f"HTTP {status}: {detail}",
-                            _retry_after(exc.response.headers))
+            return _Failure(
+                True, "unknown", f"HTTP {status}: {detail}", _retry_after(exc.response.headers)
+            )
         return _Failure(False, "unknown", f"the model provider answered HTTP {status}: {detail}")
     if isinstance(exc, openai.APIConnectionError | httpx.TransportError):
         return _Failure(True, "unknown", f"connection to the model failed: {exc}")
@@ -140,8 +145,15 @@ class ModelClient:
     """
 
     def __init__(
-        self, *, model: str, base_url: str | None, api_key: str | None, stream: bool = True,
-        max_output_tokens: int = 4096, attempts: int = 4, retry_base: float = 0.5,
+        self,
+        *,
+        model: str,
+        base_url: str | None,
+        api_key: str | None,
+        stream: bool = True,
+        max_output_tokens: int = 4096,
+        attempts: int = 4,
+        retry_base: float = 0.5,
         request_timeout: float = 600.0,
     ) -> None:
         self.model = model
@@ -168,8 +180,11 @@ class ModelClient:
             http = openai.DefaultHttpxClient(event_hooks={"request": [self._on_request]})
             self._raw = httpx.Response
             self._client = openai.OpenAI(
-                base_url=self.base_url, api_key=self.api_key, max_retries=0,
-                timeout=openai.Timeout(self.request_timeout, connect=10.0), http_client=http,
+                base_url=self.base_url,
+                api_key=self.api_key,
+                max_retries=0,
+                timeout=openai.Timeout(self.request_timeout, connect=10.0),
+                http_client=http,
             )
 
     def _sdk(self, control: RunControl) -> Any:
@@ -200,10 +215,15 @@ class ModelClient:
                 sock.shutdown(socket.SHUT_RDWR)
 
     def complete(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, *,
-        control: RunControl, on_text: Callable[[str], None] | None = None,
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        *,
+        control: RunControl,
+        on_text: Callable[[str], None] | None = None,
         on_retry: Callable[[dict[str, Any]], None] | None = None,
-        stream: bool | None = None, max_tokens: int | None = None,
+        stream: bool | None = None,
+        max_tokens: int | None = None,
     ) -> Completion:
         """One model answer to ``messages`` (OpenAI chat format) offering ``tools``.
 
@@ -215,7 +235,8 @@ class ModelClient:
         """
         use_stream = self.stream if stream is None else stream
         body: dict[str, Any] = {
-            "model": self.model, "messages": messages,
+            "model": self.model,
+            "messages": messages,
             "max_tokens": max_tokens or self.max_output_tokens,
         }
         if tools:
@@ -259,9 +280,15 @@ class ModelClient:
                     delay = min(30.0, self.retry_base * 2 ** (attempt - 1))
                     delay *= random.uniform(0.8, 1.0)
                 if on_retry is not None:
-                    on_retry({"attempt": attempt, "max_attempts": self.attempts,
-                              "delay": round(delay, 3), "reason": failure.message,
-                              "partial": emitted[0]})
+                    on_retry(
+                        {
+                            "attempt": attempt,
+                            "max_attempts": self.attempts,
+                            "delay": round(delay, 3),
+                            "reason": failure.message,
+                            "partial": emitted[0],
+                        }
+                    )
                 control.sleep(delay)
                 continue
             finally:
@@ -269,14 +296,16 @@ class ModelClient:
             if completion.input_tokens == 0 and completion.output_tokens == 0:
                 completion.estimated = True
                 completion.input_tokens = estimate_tokens(
-                    json.dumps(messages) + (json.dumps(tools) if tools else ""))
+                    json.dumps(messages) + (json.dumps(tools) if tools else "")
+                )
                 completion.output_tokens = estimate_tokens(
-                    completion.text + "".join(c.name + c.arguments
-                                              for c in completion.tool_calls))
+                    completion.text + "".join(c.name + c.arguments for c in completion.tool_calls)
+                )
             return completion
 
-    def _whole(self, client: Any, body: dict[str, Any],
-               on_text: Callable[[str], None]) -> Completion:
+    def _whole(
+        self, client: Any, body: dict[str, Any], on_text: Callable[[str], None]
+    ) -> Completion:
         response = client.post("/chat/completions", body=body, cast_to=self._raw)
         data = response.json()
         _raise_in_body(data)
@@ -289,16 +318,21 @@ class ModelClient:
             arguments = function.get("arguments") or ""
             if not isinstance(arguments, str):
                 arguments = json.dumps(arguments)
-            completion.tool_calls.append(ToolCall(
-                id=call.get("id") or f"call_{n}", name=function.get("name") or "",
-                arguments=arguments))
+            completion.tool_calls.append(
+                ToolCall(
+                    id=call.get("id") or f"call_{n}",
+                    name=function.get("name") or "",
+                    arguments=arguments,
+                )
+            )
         if completion.text:
             on_text(completion.text)
         _take_usage(completion, data.get("usage"))
         return completion
 
-    def _streamed(self, client: Any, body: dict[str, Any], control: RunControl,
-                  on_text: Callable[[str], None]) -> Completion:
+    def _streamed(
+        self, client: Any, body: dict[str, Any], control: RunControl, on_text: Callable[[str], None]
+    ) -> Completion:
         completion = Completion()
         calls: dict[int, dict[str, str]] = {}
         text: list[str] = []
@@ -341,8 +375,9 @@ class ModelClient:
             response.close()
         completion.text = "".join(text)
         completion.tool_calls = [
-            ToolCall(id=slot["id"] or f"call_{index}", name=slot["name"],
-                     arguments=slot["arguments"])
+            ToolCall(
+                id=slot["id"] or f"call_{index}", name=slot["name"], arguments=slot["arguments"]
+            )
             for index, slot in sorted(calls.items())
         ]
         return completion

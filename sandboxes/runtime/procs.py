@@ -33,9 +33,9 @@ def tool_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
     visible, since it was given for the agent's code to use."""
     api_key = os.environ.get("OPENAI_API_KEY")
     env = {
-        name: value for name, value in os.environ.items()
-        if not name.startswith(("OPENAI_", "PAW_DATASOURCE"))
-        and not (api_key and value == api_key)
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith(("OPENAI_", "PAW_DATASOURCE")) and not (api_key and value == api_key)
     }
     env.update(extra or {})
     return env
@@ -63,8 +63,9 @@ def kill_all() -> None:
         kill_group(pid)
 
 
-def spawn(argv: list[str], *, cwd: Path, env: dict[str, str], guarded: bool = True,
-          **popen: object) -> subprocess.Popen:
+def spawn(
+    argv: list[str], *, cwd: Path, env: dict[str, str], guarded: bool = True, **popen: object
+) -> subprocess.Popen:
     """Start ``argv`` as the leader of a new session and process group, registered for
     :func:`kill_all`; under ``guard.py`` unless ``guarded`` is False (a child that watches
     its parent itself). Raises ``OSError`` when it cannot start."""
@@ -85,13 +86,26 @@ class CommandResult:
     timed_out: bool = False
 
 
-def run_command(argv: list[str], *, cwd: Path, env: dict[str, str], timeout: float,
-                control: RunControl, max_output: int = 20_000) -> CommandResult:
+def run_command(
+    argv: list[str],
+    *,
+    cwd: Path,
+    env: dict[str, str],
+    timeout: float,
+    control: RunControl,
+    max_output: int = 20_000,
+) -> CommandResult:
     """Run ``argv`` to completion in its own group with ``timeout`` seconds; output beyond
     ``max_output`` characters is dropped from the middle. A stopped run kills the group and
     raises ``Stopped``."""
-    process = spawn(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    process = spawn(
+        argv,
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     half = max_output // 2
     head = bytearray()
     tail = bytearray()
@@ -127,5 +141,6 @@ def run_command(argv: list[str], *, cwd: Path, env: dict[str, str], timeout: flo
     text = bytes(head) + marker + bytes(tail)
     return CommandResult(
         exit_code=None if timed_out else process.returncode,
-        output=text.decode("utf-8", "replace"), timed_out=timed_out,
+        output=text.decode("utf-8", "replace"),
+        timed_out=timed_out,
     )

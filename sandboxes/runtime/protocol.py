@@ -17,12 +17,22 @@ PROTOCOL_VERSION = 1
 
 # The python-agent-harness capabilities, in its order, then what paw-agent adds.
 CAPABILITIES = (
-    "submit", "answer", "cancel", "ping", "shutdown", "ask_id", "usage_notify",
-    "error_codes", "per_run_budget", "signal_drain", "hello", "op_id",
+    "submit",
+    "answer",
+    "cancel",
+    "ping",
+    "shutdown",
+    "ask_id",
+    "usage_notify",
+    "error_codes",
+    "per_run_budget",
+    "signal_drain",
+    "hello",
+    "op_id",
     # paw-agent extensions (PROTOCOL.md: "ready.capabilities includes what it adds"):
-    "history",        # op {"op": "history", "turns": [{"prompt", "answer"}]} seeds memory
+    "history",  # op {"op": "history", "turns": [{"prompt", "answer"}]} seeds memory
     "approval_gate",  # risky tools raise notify ask kind "confirm" before they act
-    "tool_notify",    # notify kind "tool" carries {"name", "ok", "summary"}
+    "tool_notify",  # notify kind "tool" carries {"name", "ok", "summary"}
 )
 
 
@@ -42,8 +52,7 @@ class LineWriter:
 
     def write_locked(self, line: dict[str, Any]) -> None:
         """Write ``line`` as is; the caller holds :attr:`lock`."""
-        data = (json.dumps(line, ensure_ascii=False, default=str) + "\n").encode(
-            "utf-8", "replace")
+        data = (json.dumps(line, ensure_ascii=False, default=str) + "\n").encode("utf-8", "replace")
         try:
             view = memoryview(data)
             while view:
@@ -56,7 +65,9 @@ class LineWriter:
         """An ``error`` control line: ``{"error": {"code", "message"}, "message"}``, echoing
         ``op_id`` when the refused op carried one."""
         payload: dict[str, Any] = {
-            "type": "error", "error": {"code": code, "message": message}, "message": message,
+            "type": "error",
+            "error": {"code": code, "message": message},
+            "message": message,
         }
         if op_id is not None:
             payload["op_id"] = op_id
@@ -79,10 +90,15 @@ class RunStream:
             if self._sealed:
                 return
             self._seq += 1
-            self._writer.write_locked({
-                "seq": self._seq, "type": line_type, **fields, "run_id": self.run_id,
-                "protocol": PROTOCOL_VERSION,
-            })
+            self._writer.write_locked(
+                {
+                    "seq": self._seq,
+                    "type": line_type,
+                    **fields,
+                    "run_id": self.run_id,
+                    "protocol": PROTOCOL_VERSION,
+                }
+            )
             if line_type == "result":
                 self._sealed = True
 

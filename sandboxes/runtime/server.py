@@ -48,9 +48,14 @@ class AgentServer:
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(ValueError, OSError):
                 signal.signal(sig, self._on_signal)
-        self.writer.write({"type": "ready", "pid": os.getpid(),
-                           "protocol_version": PROTOCOL_VERSION,
-                           "capabilities": list(CAPABILITIES)})
+        self.writer.write(
+            {
+                "type": "ready",
+                "pid": os.getpid(),
+                "protocol_version": PROTOCOL_VERSION,
+                "capabilities": list(CAPABILITIES),
+            }
+        )
         threading.Thread(target=self._read_ops, name="paw-agent-reader", daemon=True).start()
         while not self._stop.wait(1.0):
             pass
@@ -138,8 +143,9 @@ class AgentServer:
                 self.writer.error("protocol", "a run is already active", op_id)
                 return
             run = Run(self.agent, run_id, prompt, RunStream(self.writer, run_id))
-            thread = threading.Thread(target=self._execute, args=(run,),
-                                      name=f"paw-agent-run-{run_id}", daemon=True)
+            thread = threading.Thread(
+                target=self._execute, args=(run,), name=f"paw-agent-run-{run_id}", daemon=True
+            )
             self.run, self._run_thread = run, thread
         thread.start()
 
@@ -147,9 +153,14 @@ class AgentServer:
         try:
             result = run.execute()
         except Exception as exc:  # a bug must never wedge the server with no result
-            result = {"answer": "", "errors": [{"code": "unknown", "message": repr(exc)}],
-                      "error_messages": [repr(exc)], "cancelled": False,
-                      "model": self.agent.model.model, "usage": dict(run.usage)}
+            result = {
+                "answer": "",
+                "errors": [{"code": "unknown", "message": repr(exc)}],
+                "error_messages": [repr(exc)],
+                "cancelled": False,
+                "model": self.agent.model.model,
+                "usage": dict(run.usage),
+            }
         # The result and the end of the run are one step: a submit read right after the
         # result line is accepted, never refused as "a run is already active".
         with self._guard:
@@ -167,11 +178,11 @@ class AgentServer:
         ask_id = op.get("ask_id")
         run = self.run
         if run is None or run.run_id != run_id:
-            self.writer.error("protocol",
-                              f"no pending question for run {run_id or '(missing)'}", op_id)
+            self.writer.error(
+                "protocol", f"no pending question for run {run_id or '(missing)'}", op_id
+            )
             return
-        refusal = run.answer([str(a) for a in answers],
-                             str(ask_id) if ask_id is not None else None)
+        refusal = run.answer([str(a) for a in answers], str(ask_id) if ask_id is not None else None)
         if refusal:
             self.writer.error("protocol", refusal, op_id)
 
@@ -212,12 +223,21 @@ class AgentServer:
                     versions.append(int(value.strip()))
         versions = versions or [PROTOCOL_VERSION]
         if PROTOCOL_VERSION not in versions:
-            self.writer.error("protocol", (
-                f"no shared protocol version: host accepts {sorted(versions)}, "
-                f"this build speaks {PROTOCOL_VERSION}"), op_id)
+            self.writer.error(
+                "protocol",
+                (
+                    f"no shared protocol version: host accepts {sorted(versions)}, "
+                    f"this build speaks {PROTOCOL_VERSION}"
+                ),
+                op_id,
+            )
             return
-        payload: dict[str, Any] = {"type": "hello", "protocol_version": PROTOCOL_VERSION,
-                                   "capabilities": list(CAPABILITIES), "pid": os.getpid()}
+        payload: dict[str, Any] = {
+            "type": "hello",
+            "protocol_version": PROTOCOL_VERSION,
+            "capabilities": list(CAPABILITIES),
+            "pid": os.getpid(),
+        }
         if op_id is not None:
             payload["op_id"] = op_id
         self.writer.write(payload)
@@ -231,15 +251,22 @@ class AgentServer:
         op_id = _op_id(op)
         turns = op.get("turns")
         if not isinstance(turns, list) or not all(
-                isinstance(t, dict) and isinstance(t.get("prompt"), str)
-                and isinstance(t.get("answer"), str) for t in turns):
-            self.writer.error("protocol", 'history requires "turns": a list of '
-                              '{"prompt": str, "answer": str}', op_id)
+            isinstance(t, dict)
+            and isinstance(t.get("prompt"), str)
+            and isinstance(t.get("answer"), str)
+            for t in turns
+        ):
+            self.writer.error(
+                "protocol",
+                'history requires "turns": a list of {"prompt": str, "answer": str}',
+                op_id,
+            )
             return
         with self._guard:
             if self.run is not None:
-                self.writer.error("protocol", "history cannot be loaded while a run is active",
-                                  op_id)
+                self.writer.error(
+                    "protocol", "history cannot be loaded while a run is active", op_id
+                )
                 return
             self.agent.seed_history([Turn(t["prompt"], t["answer"]) for t in turns])
 

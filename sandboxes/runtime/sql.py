@@ -31,8 +31,20 @@ READ_KEYWORDS = {"select", "with", "explain"}
 # ANALYZE of a write, SELECT INTO, row locks (FOR UPDATE). Other statements already fail
 # the first-keyword test.
 WRITE_KEYWORDS = {
-    "insert", "update", "delete", "merge", "upsert", "into", "create", "drop", "alter",
-    "truncate", "copy", "grant", "revoke", "lock",
+    "insert",
+    "update",
+    "delete",
+    "merge",
+    "upsert",
+    "into",
+    "create",
+    "drop",
+    "alter",
+    "truncate",
+    "copy",
+    "grant",
+    "revoke",
+    "lock",
 }
 _STRIP = re.compile(
     r"""--[^\n]*|/\*.*?\*/|'(?:[^']|'')*'|"(?:[^"]|"")*"|\$([A-Za-z_]*)\$.*?\$\1\$""",
@@ -90,8 +102,15 @@ def load_datasources(environ: Mapping[str, str]) -> tuple[list[Datasource], list
         url = environ.get(str(variable))
         if not url:
             warnings.append(f"datasource {slug}: no URL in {variable}")
-        found.append(Datasource(slug=slug, name=str(entry.get("name") or slug), dialect=dialect,
-                                description=str(entry.get("description") or ""), url=url))
+        found.append(
+            Datasource(
+                slug=slug,
+                name=str(entry.get("name") or slug),
+                dialect=dialect,
+                description=str(entry.get("description") or ""),
+                url=url,
+            )
+        )
     return found, warnings
 
 
@@ -124,8 +143,7 @@ def format_rows(columns: list[str], rows: list[tuple], more: bool) -> str:
     """A Markdown table of ``rows`` (already capped) with a line saying what was cut."""
     if not columns:
         return "(no result set)"
-    lines = ["| " + " | ".join(_cell(c) for c in columns) + " |",
-             "|" + "---|" * len(columns)]
+    lines = ["| " + " | ".join(_cell(c) for c in columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in rows]
     count = f"{len(rows)} row{'s' if len(rows) != 1 else ''}"
     if more:
@@ -135,29 +153,33 @@ def format_rows(columns: list[str], rows: list[tuple], more: bool) -> str:
 
 def _sqlite_path(url: str) -> str:
     if url.startswith("sqlite:///"):
-        return url[len("sqlite:///"):] or ":memory:"
+        return url[len("sqlite:///") :] or ":memory:"
     if url.startswith("sqlite://"):
-        return url[len("sqlite://"):]
+        return url[len("sqlite://") :]
     return url
 
 
-def run_query(source: Datasource, sql: str, *, read_only: bool, timeout: float,
-              control: RunControl) -> str:
+def run_query(
+    source: Datasource, sql: str, *, read_only: bool, timeout: float, control: RunControl
+) -> str:
     """Run ``sql`` on ``source`` and describe the outcome as text for the model (a table
     of at most :data:`ROW_CAP` rows, or the number of rows changed). ``read_only`` runs it
     in read-only mode; a write is committed. ``timeout`` seconds bound the statement. A
     stopped run cancels the query and raises ``Stopped``; driver errors raise
     :class:`SqlError`."""
     if not source.url:
-        raise SqlError(f"datasource {source.slug} has no connection URL "
-                       f"({url_variable(source.slug)} is not set)")
+        raise SqlError(
+            f"datasource {source.slug} has no connection URL "
+            f"({url_variable(source.slug)} is not set)"
+        )
     if source.dialect == "sqlite":
         return _run_sqlite(source, sql, read_only=read_only, timeout=timeout, control=control)
     return _run_postgres(source, sql, read_only=read_only, timeout=timeout, control=control)
 
 
-def _run_sqlite(source: Datasource, sql: str, *, read_only: bool, timeout: float,
-                control: RunControl) -> str:
+def _run_sqlite(
+    source: Datasource, sql: str, *, read_only: bool, timeout: float, control: RunControl
+) -> str:
     import sqlite3
 
     path = _sqlite_path(source.url or "")
@@ -165,8 +187,9 @@ def _run_sqlite(source: Datasource, sql: str, *, read_only: bool, timeout: float
         raise SqlError(f"the SQLite file of datasource {source.slug} does not exist")
     mode = "ro" if read_only else "rw"
     uri = f"file:{path}?mode={mode}" if path != ":memory:" else ":memory:"
-    connection = sqlite3.connect(uri, uri=path != ":memory:", timeout=min(timeout, 10),
-                                 check_same_thread=False)
+    connection = sqlite3.connect(
+        uri, uri=path != ":memory:", timeout=min(timeout, 10), check_same_thread=False
+    )
 
     def work() -> str:
         try:
@@ -191,14 +214,20 @@ def _run_sqlite(source: Datasource, sql: str, *, read_only: bool, timeout: float
         timer.cancel()
 
 
-def _run_postgres(source: Datasource, sql: str, *, read_only: bool, timeout: float,
-                  control: RunControl) -> str:
+def _run_postgres(
+    source: Datasource, sql: str, *, read_only: bool, timeout: float, control: RunControl
+) -> str:
     import psycopg
 
     try:
-        connection = control.call(lambda: psycopg.connect(
-            source.url, connect_timeout=10, application_name="paw-agent",
-            options=f"-c statement_timeout={int(timeout * 1000)}"))
+        connection = control.call(
+            lambda: psycopg.connect(
+                source.url,
+                connect_timeout=10,
+                application_name="paw-agent",
+                options=f"-c statement_timeout={int(timeout * 1000)}",
+            )
+        )
     except psycopg.Error as exc:
         raise SqlError(f"cannot connect to datasource {source.slug}: {exc}") from exc
     connection.read_only = read_only
@@ -209,8 +238,10 @@ def _run_postgres(source: Datasource, sql: str, *, read_only: bool, timeout: flo
                 cursor.execute(sql)
                 if cursor.description is None:
                     connection.commit()
-                    return (f"statement executed ({cursor.statusmessage}); "
-                            f"{max(cursor.rowcount, 0)} rows changed")
+                    return (
+                        f"statement executed ({cursor.statusmessage}); "
+                        f"{max(cursor.rowcount, 0)} rows changed"
+                    )
                 columns = [d.name for d in cursor.description]
                 rows = cursor.fetchmany(ROW_CAP + 1)
                 if read_only:

@@ -66,56 +66,105 @@ class ToolContext:
 
 
 def _schema(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
-    return {"type": "object", "properties": properties, "required": required,
-            "additionalProperties": False}
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": False,
+    }
 
 
 def _function(name: str, description: str, parameters: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "function",
-            "function": {"name": name, "description": description, "parameters": parameters}}
+    return {
+        "type": "function",
+        "function": {"name": name, "description": description, "parameters": parameters},
+    }
 
 
 PATH = {"type": "string", "description": "a path relative to the workspace"}
 TIMEOUT = {"type": "number", "description": "time limit in seconds (optional)"}
 
 SPECS = [
-    _function("list_files", "List the files of the workspace (or of one of its folders).",
-              _schema({"path": {**PATH, "description": "folder, default '.'"},
-                       "recursive": {"type": "boolean", "description": "include subfolders"}},
-                      [])),
-    _function("read_file", "Read a text file. CSV, TSV and Excel files give a pandas preview "
-              "(shape, columns, first rows); use run_python for the full data.",
-              _schema({"path": PATH, "max_chars": {"type": "integer",
-                                                   "description": "default 20000"}},
-                      ["path"])),
-    _function("write_file", "Create or overwrite a text file in the workspace.",
-              _schema({"path": PATH, "content": {"type": "string"}}, ["path", "content"])),
-    _function("run_python", "Run Python code in a persistent session in the workspace "
-              "(variables survive between calls). pandas, openpyxl and matplotlib are "
-              "available. Returns stdout, stderr and any traceback; the value of a final "
-              "expression is printed. Matplotlib figures not saved by the code are saved as "
-              "PNG files. Write results the user wants (xlsx, csv, png) to the workspace.",
-              _schema({"code": {"type": "string"}, "timeout": TIMEOUT}, ["code"])),
-    _function("run_sql", "Run one SQL statement on a datasource. Read-only queries (a single "
-              "SELECT/WITH/EXPLAIN) run at once; anything else needs the user's approval. "
-              "At most 200 rows are returned.",
-              _schema({"datasource": {"type": "string", "description": "the datasource slug"},
-                       "query": {"type": "string"}}, ["datasource", "query"])),
-    _function("shell", "Run a shell command (bash) in the workspace. Needs the user's "
-              "approval each time.",
-              _schema({"command": {"type": "string"}, "timeout": TIMEOUT}, ["command"])),
-    _function("delete_file", "Delete a file or a folder of the workspace. Needs the user's "
-              "approval.", _schema({"path": PATH}, ["path"])),
-    _function("install_package", "Install a Python package (pip requirement such as "
-              "'tabulate' or 'scipy>=1.11', or a wheel file in the workspace) for run_python. "
-              "Needs the user's approval.",
-              _schema({"package": {"type": "string"}}, ["package"])),
-    _function("ask_user", "Ask the user a question and wait for the answer. Use it only when "
-              "you cannot go on without a decision.",
-              _schema({"question": {"type": "string"},
-                       "options": {"type": "array", "items": {"type": "string"},
-                                   "description": "suggested answers (optional)"}},
-                      ["question"])),
+    _function(
+        "list_files",
+        "List the files of the workspace (or of one of its folders).",
+        _schema(
+            {
+                "path": {**PATH, "description": "folder, default '.'"},
+                "recursive": {"type": "boolean", "description": "include subfolders"},
+            },
+            [],
+        ),
+    ),
+    _function(
+        "read_file",
+        "Read a text file. CSV, TSV and Excel files give a pandas preview "
+        "(shape, columns, first rows); use run_python for the full data.",
+        _schema(
+            {"path": PATH, "max_chars": {"type": "integer", "description": "default 20000"}},
+            ["path"],
+        ),
+    ),
+    _function(
+        "write_file",
+        "Create or overwrite a text file in the workspace.",
+        _schema({"path": PATH, "content": {"type": "string"}}, ["path", "content"]),
+    ),
+    _function(
+        "run_python",
+        "Run Python code in a persistent session in the workspace "
+        "(variables survive between calls). pandas, openpyxl and matplotlib are "
+        "available. Returns stdout, stderr and any traceback; the value of a final "
+        "expression is printed. Matplotlib figures not saved by the code are saved as "
+        "PNG files. Write results the user wants (xlsx, csv, png) to the workspace.",
+        _schema({"code": {"type": "string"}, "timeout": TIMEOUT}, ["code"]),
+    ),
+    _function(
+        "run_sql",
+        "Run one SQL statement on a datasource. Read-only queries (a single "
+        "SELECT/WITH/EXPLAIN) run at once; anything else needs the user's approval. "
+        "At most 200 rows are returned.",
+        _schema(
+            {
+                "datasource": {"type": "string", "description": "the datasource slug"},
+                "query": {"type": "string"},
+            },
+            ["datasource", "query"],
+        ),
+    ),
+    _function(
+        "shell",
+        "Run a shell command (bash) in the workspace. Needs the user's approval each time.",
+        _schema({"command": {"type": "string"}, "timeout": TIMEOUT}, ["command"]),
+    ),
+    _function(
+        "delete_file",
+        "Delete a file or a folder of the workspace. Needs the user's approval.",
+        _schema({"path": PATH}, ["path"]),
+    ),
+    _function(
+        "install_package",
+        "Install a Python package (pip requirement such as "
+        "'tabulate' or 'scipy>=1.11', or a wheel file in the workspace) for run_python. "
+        "Needs the user's approval.",
+        _schema({"package": {"type": "string"}}, ["package"]),
+    ),
+    _function(
+        "ask_user",
+        "Ask the user a question and wait for the answer. Use it only when "
+        "you cannot go on without a decision.",
+        _schema(
+            {
+                "question": {"type": "string"},
+                "options": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "description": "suggested answers (optional)",
+                },
+            },
+            ["question"],
+        ),
+    ),
 ]
 GATED = ("shell", "delete_file", "install_package")
 
@@ -164,9 +213,15 @@ class Toolbox:
     """The tools of one sandbox: its workspace, Python kernel, datasources (by slug),
     private package folder and per-call time limit ``tool_timeout`` (s)."""
 
-    def __init__(self, *, workspace: Workspace, kernel: PythonKernel,
-                 datasources: list[Datasource], packages_dir: Path,
-                 tool_timeout: float) -> None:
+    def __init__(
+        self,
+        *,
+        workspace: Workspace,
+        kernel: PythonKernel,
+        datasources: list[Datasource],
+        packages_dir: Path,
+        tool_timeout: float,
+    ) -> None:
         self.workspace = workspace
         self.kernel = kernel
         self.datasources = {source.slug: source for source in datasources}
@@ -177,8 +232,7 @@ class Toolbox:
     def specs(self) -> list[dict[str, Any]]:
         """The tool definitions in the OpenAI ``tools`` format; ``run_sql`` only when there
         are datasources."""
-        return [s for s in SPECS
-                if self.datasources or s["function"]["name"] != "run_sql"]
+        return [s for s in SPECS if self.datasources or s["function"]["name"] != "run_sql"]
 
     def run(self, name: str, arguments: str, context: ToolContext) -> ToolOutcome:
         """Run tool ``name`` with the model's JSON ``arguments``. Tool failures come back
@@ -186,25 +240,33 @@ class Toolbox:
         method = getattr(self, f"tool_{name}", None)
         if method is None or name not in {s["function"]["name"] for s in self.specs}:
             known = ", ".join(s["function"]["name"] for s in self.specs)
-            return ToolOutcome(f"error: unknown tool {name!r}; the tools are: {known}",
-                               ok=False, summary=f"unknown tool {name}")
+            return ToolOutcome(
+                f"error: unknown tool {name!r}; the tools are: {known}",
+                ok=False,
+                summary=f"unknown tool {name}",
+            )
         try:
             args = json.loads(arguments or "{}")
             if not isinstance(args, dict):
                 raise ValueError("arguments must be a JSON object")
         except ValueError as exc:
-            return ToolOutcome(f"error: the arguments are not a valid JSON object ({exc})",
-                               ok=False, summary="invalid arguments")
+            return ToolOutcome(
+                f"error: the arguments are not a valid JSON object ({exc})",
+                ok=False,
+                summary="invalid arguments",
+            )
         try:
             outcome = method(args, context)
         except (ToolError, PathRefused, SqlError) as exc:
             return ToolOutcome(f"error: {exc}", ok=False, summary=_summary_line(str(exc)))
         except (TypeError, KeyError) as exc:
-            return ToolOutcome(f"error: bad arguments for {name}: {exc}", ok=False,
-                               summary="bad arguments")
+            return ToolOutcome(
+                f"error: bad arguments for {name}: {exc}", ok=False, summary="bad arguments"
+            )
         except OSError as exc:
-            return ToolOutcome(f"error: {exc.strerror or exc}", ok=False,
-                               summary=str(exc.strerror or exc))
+            return ToolOutcome(
+                f"error: {exc.strerror or exc}", ok=False, summary=str(exc.strerror or exc)
+            )
         outcome.text = _cut(outcome.text)
         return outcome
 
@@ -229,8 +291,11 @@ class Toolbox:
             for item in sorted(current.iterdir(), key=lambda p: p.name):
                 if item.name in (PRIVATE_DIR, "__pycache__"):
                     continue
-                rel = self.workspace.relative(item) if current != folder or args.get(
-                    "recursive") else item.name
+                rel = (
+                    self.workspace.relative(item)
+                    if current != folder or args.get("recursive")
+                    else item.name
+                )
                 if item.is_symlink():
                     # Never followed: a link may point outside the workspace.
                     entries.append(f"{rel}  (symlink)")
@@ -255,8 +320,7 @@ class Toolbox:
         if not path.exists():
             raise ToolError(f"no file {args['path']!r}")
         if path.suffix.lower() in TABLE_SUFFIXES:
-            answer = self._kernel({"op": "preview", "path": str(path)}, self.tool_timeout,
-                                  context)
+            answer = self._kernel({"op": "preview", "path": str(path)}, self.tool_timeout, context)
             if answer.get("error"):
                 raise ToolError(f"cannot read {args['path']} as a table: {answer['error']}")
             return ToolOutcome(answer["stdout"], summary=answer["stdout"].split("\n", 1)[0])
@@ -264,8 +328,10 @@ class Toolbox:
         with path.open("rb") as handle:
             head = handle.read(8192)
         if b"\x00" in head:
-            return ToolOutcome(f"{args['path']} is a binary file ({_size(size)}); use "
-                               "run_python to work with it", summary="binary file")
+            return ToolOutcome(
+                f"{args['path']} is a binary file ({_size(size)}); use run_python to work with it",
+                summary="binary file",
+            )
         limit = args.get("max_chars") if isinstance(args.get("max_chars"), int) else MAX_READ
         limit = max(1, min(limit, 100_000))
         with path.open("r", encoding="utf-8", errors="replace") as handle:
@@ -314,18 +380,22 @@ class Toolbox:
 
     # -- code -------------------------------------------------------------------------
 
-    def _kernel(self, payload: dict[str, Any], timeout: float,
-                context: ToolContext) -> dict[str, Any]:
+    def _kernel(
+        self, payload: dict[str, Any], timeout: float, context: ToolContext
+    ) -> dict[str, Any]:
         self.packages_dir.mkdir(parents=True, exist_ok=True)
         try:
             return self.kernel.request(payload, timeout=timeout, control=context.control)
         except KernelTimeout as exc:
-            raise ToolError(f"the code ran longer than {timeout:g} s and was stopped; the "
-                            "Python session was restarted, so earlier variables are gone"
-                            ) from exc
+            raise ToolError(
+                f"the code ran longer than {timeout:g} s and was stopped; the "
+                "Python session was restarted, so earlier variables are gone"
+            ) from exc
         except KernelDied as exc:
-            raise ToolError("the Python process died; it restarts on the next call, and "
-                            "earlier variables are gone") from exc
+            raise ToolError(
+                "the Python process died; it restarts on the next call, and "
+                "earlier variables are gone"
+            ) from exc
 
     def tool_run_python(self, args: dict[str, Any], context: ToolContext) -> ToolOutcome:
         """Code in the persistent kernel: output, traceback, figures and changed files."""
@@ -358,19 +428,26 @@ class Toolbox:
         if not isinstance(command, str) or not command.strip():
             raise ToolError("command must be a non-empty string")
         timeout = self._timeout(args)
-        if not context.confirm(f"shell: run this command in the workspace "
-                               f"(time limit {timeout:g} s):\n{command}"):
+        if not context.confirm(
+            f"shell: run this command in the workspace (time limit {timeout:g} s):\n{command}"
+        ):
             return ToolOutcome(DECLINED, ok=False, summary=DECLINED)
         shell = shutil.which("bash") or "/bin/sh"
         result = procs.run_command(
-            [shell, "-c", command], cwd=self.workspace.root, env=procs.tool_environment(),
-            timeout=timeout, control=context.control)
+            [shell, "-c", command],
+            cwd=self.workspace.root,
+            env=procs.tool_environment(),
+            timeout=timeout,
+            control=context.control,
+        )
         if result.timed_out:
-            return ToolOutcome(f"the command ran longer than {timeout:g} s and was killed\n"
-                               f"{result.output}", ok=False, summary="timed out")
+            return ToolOutcome(
+                f"the command ran longer than {timeout:g} s and was killed\n{result.output}",
+                ok=False,
+                summary="timed out",
+            )
         text = f"exit code {result.exit_code}\n{result.output}".rstrip("\n")
-        return ToolOutcome(text, ok=result.exit_code == 0,
-                           summary=f"exit code {result.exit_code}")
+        return ToolOutcome(text, ok=result.exit_code == 0, summary=f"exit code {result.exit_code}")
 
     def tool_install_package(self, args: dict[str, Any], context: ToolContext) -> ToolOutcome:
         """``pip install --target <private folder>``, once approved, one at a time."""
@@ -386,8 +463,10 @@ class Toolbox:
         elif REQUIREMENT.match(spec):
             target_spec = spec
         else:
-            raise ToolError(f"{spec!r} is not a package requirement (name, optional extras "
-                            "and version) nor a wheel file in the workspace")
+            raise ToolError(
+                f"{spec!r} is not a package requirement (name, optional extras "
+                "and version) nor a wheel file in the workspace"
+            )
         shown = self._shown_packages_dir()
         if not context.confirm(f"install_package: pip install --target {shown} {spec}"):
             return ToolOutcome(DECLINED, ok=False, summary=DECLINED)
@@ -403,18 +482,33 @@ class Toolbox:
                     context.control.sleep(0.2)
             timeout = max(300.0, self.tool_timeout)
             result = procs.run_command(
-                [sys.executable, "-m", "pip", "install", "--no-input",
-                 "--disable-pip-version-check", "--upgrade", "--target",
-                 str(self.packages_dir), target_spec],
-                cwd=self.workspace.root, env=procs.tool_environment(), timeout=timeout,
-                control=context.control)
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "install",
+                    "--no-input",
+                    "--disable-pip-version-check",
+                    "--upgrade",
+                    "--target",
+                    str(self.packages_dir),
+                    target_spec,
+                ],
+                cwd=self.workspace.root,
+                env=procs.tool_environment(),
+                timeout=timeout,
+                control=context.control,
+            )
         if result.timed_out or result.exit_code != 0:
-            return ToolOutcome(f"pip failed:\n{result.output}", ok=False,
-                               summary="install failed")
-        installed = [line for line in result.output.splitlines()
-                     if line.startswith("Successfully installed")]
-        return ToolOutcome((installed[-1] if installed else result.output[-2000:]) +
-                           "\nrun_python can import it now.", summary=f"installed {spec}")
+            return ToolOutcome(f"pip failed:\n{result.output}", ok=False, summary="install failed")
+        installed = [
+            line for line in result.output.splitlines() if line.startswith("Successfully installed")
+        ]
+        return ToolOutcome(
+            (installed[-1] if installed else result.output[-2000:])
+            + "\nrun_python can import it now.",
+            summary=f"installed {spec}",
+        )
 
     def _shown_packages_dir(self) -> str:
         try:
@@ -431,15 +525,18 @@ class Toolbox:
             raise ToolError("query must be a non-empty string")
         source = self.datasources.get(slug)
         if source is None:
-            raise ToolError(f"no datasource {slug!r}; the datasources are: "
-                            f"{', '.join(self.datasources)}")
+            raise ToolError(
+                f"no datasource {slug!r}; the datasources are: {', '.join(self.datasources)}"
+            )
         read_only = is_read_only(query)
         if not read_only and not context.confirm(
-                f"run_sql on {source.name} ({source.slug}, {source.dialect}) — this statement "
-                f"may change data:\n{query.strip()}"):
+            f"run_sql on {source.name} ({source.slug}, {source.dialect}) — this statement "
+            f"may change data:\n{query.strip()}"
+        ):
             return ToolOutcome(DECLINED, ok=False, summary=DECLINED)
-        text = run_query(source, query, read_only=read_only, timeout=self.tool_timeout,
-                         control=context.control)
+        text = run_query(
+            source, query, read_only=read_only, timeout=self.tool_timeout, control=context.control
+        )
         return ToolOutcome(text, summary=_summary_line(text))
 
     # -- people -----------------------------------------------------------------------
@@ -452,6 +549,5 @@ class Toolbox:
         options = [str(o) for o in args.get("options") or [] if str(o).strip()]
         answer = context.ask([{"question": question, "options": options}])
         if answer is None:
-            return ToolOutcome("the user did not answer in time", ok=False,
-                               summary="no answer")
+            return ToolOutcome("the user did not answer in time", ok=False, summary="no answer")
         return ToolOutcome(f"the user answered: {answer}", summary=f"answered: {answer[:80]}")

@@ -53,8 +53,7 @@ class Workspace:
         real = Path(os.path.realpath(candidate))
         if real != self.root and self.root not in real.parents:
             raise PathRefused(
-                f"refused {path!r}: it resolves through a symlink to {real}, "
-                "outside the workspace"
+                f"refused {path!r}: it resolves through a symlink to {real}, outside the workspace"
             )
         return candidate
 

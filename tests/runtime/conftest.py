@@ -31,28 +31,36 @@ def workspace(tmp_path: Path) -> Path:
     return path
 
 
-def runtime_env(base: Path, model: ScriptedModel, marker: str,
-                extra: dict[str, str] | None = None) -> dict[str, str]:
+def runtime_env(
+    base: Path, model: ScriptedModel, marker: str, extra: dict[str, str] | None = None
+) -> dict[str, str]:
     """A minimal environment built from scratch, as PAW's host does: own HOME, XDG_* and
     TMPDIR, loopback without proxy, the model settings, and a marker variable that lets a
     test find every process the runtime started."""
     home = base / "home"
-    dirs = {"HOME": home, "XDG_DATA_HOME": home / "data", "XDG_CONFIG_HOME": home / "config",
-            "XDG_CACHE_HOME": home / "cache", "XDG_STATE_HOME": home / "state",
-            "TMPDIR": base / "tmp"}
+    dirs = {
+        "HOME": home,
+        "XDG_DATA_HOME": home / "data",
+        "XDG_CONFIG_HOME": home / "config",
+        "XDG_CACHE_HOME": home / "cache",
+        "XDG_STATE_HOME": home / "state",
+        "TMPDIR": base / "tmp",
+    }
     for path in dirs.values():
         path.mkdir(parents=True, exist_ok=True)
     env = {name: str(path) for name, path in dirs.items()}
-    env.update({
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "LANG": "C.UTF-8",
-        "NO_PROXY": "127.0.0.1,localhost",
-        "no_proxy": "127.0.0.1,localhost",
-        "OPENAI_BASE_URL": model.base_url,
-        "OPENAI_API_KEY": API_KEY,
-        "OPENAI_MODEL": "scripted-model",
-        "PAW_TEST_MARKER": marker,
-    })
+    env.update(
+        {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "LANG": "C.UTF-8",
+            "NO_PROXY": "127.0.0.1,localhost",
+            "no_proxy": "127.0.0.1,localhost",
+            "OPENAI_BASE_URL": model.base_url,
+            "OPENAI_API_KEY": API_KEY,
+            "OPENAI_MODEL": "scripted-model",
+            "PAW_TEST_MARKER": marker,
+        }
+    )
     # pip's local mirrors (install_package) are configured through PIP_* variables here.
     env.update({k: v for k, v in os.environ.items() if k.startswith("PIP_")})
     env.update(extra or {})
@@ -60,18 +68,26 @@ def runtime_env(base: Path, model: ScriptedModel, marker: str,
 
 
 @pytest.fixture
-def start(tmp_path: Path, model: ScriptedModel,
-          workspace: Path) -> Iterator[Callable[..., Runtime]]:
+def start(
+    tmp_path: Path, model: ScriptedModel, workspace: Path
+) -> Iterator[Callable[..., Runtime]]:
     """``start(kind="paw-agent", *flags, env={...})`` spawns a runtime in ``workspace``
     against ``model`` and waits for nothing; every process is killed at the end."""
     stack: list = []
 
-    def factory(kind: str = "paw-agent", *flags: str, env: dict[str, str] | None = None,
-                project: Path | None = None) -> Runtime:
+    def factory(
+        kind: str = "paw-agent",
+        *flags: str,
+        env: dict[str, str] | None = None,
+        project: Path | None = None,
+    ) -> Runtime:
         marker = f"paw-test-{uuid.uuid4().hex}"
         base = tmp_path / f"env-{len(stack)}"
-        context = spawned(runtime_command(kind, project or workspace, *flags),
-                          runtime_env(base, model, marker, env), cwd=workspace)
+        context = spawned(
+            runtime_command(kind, project or workspace, *flags),
+            runtime_env(base, model, marker, env),
+            cwd=workspace,
+        )
         runtime = context.__enter__()
         runtime.marker = marker
         stack.append(context)

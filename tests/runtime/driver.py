@@ -37,8 +37,13 @@ class Runtime:
         self.stderr_file = tempfile.TemporaryFile()  # noqa: SIM115 - closed in close()
         self.started = time.monotonic()
         self.process = subprocess.Popen(
-            command, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=self.stderr_file, start_new_session=True,
+            command,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.stderr_file,
+            start_new_session=True,
         )
         self.lines: list[dict[str, Any]] = []
         self.raw: list[bytes] = []
@@ -82,14 +87,16 @@ class Runtime:
             line = self._queue.get(timeout=timeout)
         except queue.Empty:
             raise AssertionError(
-                f"no line within {timeout} s; stderr:\n{self.stderr()[-3000:]}") from None
+                f"no line within {timeout} s; stderr:\n{self.stderr()[-3000:]}"
+            ) from None
         if line is None:
             self._queue.put(None)
             raise AssertionError(f"stdout closed; stderr:\n{self.stderr()[-3000:]}")
         return line
 
-    def wait_for(self, predicate: Callable[[dict[str, Any]], bool],
-                 timeout: float = 30.0) -> dict[str, Any]:
+    def wait_for(
+        self, predicate: Callable[[dict[str, Any]], bool], timeout: float = 30.0
+    ) -> dict[str, Any]:
         """The next line matching ``predicate`` (lines before it are skipped)."""
         deadline = time.monotonic() + timeout
         while True:
@@ -114,8 +121,9 @@ class Runtime:
                 if line["type"] == "result":
                     return collected
 
-    def submit(self, prompt: str, run_id: str = "run-1", timeout: float = 60.0,
-               **extra: Any) -> list[dict[str, Any]]:
+    def submit(
+        self, prompt: str, run_id: str = "run-1", timeout: float = 60.0, **extra: Any
+    ) -> list[dict[str, Any]]:
         """Submit ``prompt`` and return the run's lines up to its result."""
         self.send({"op": "submit", "prompt": prompt, "run_id": run_id, **extra})
         return self.run_lines(run_id, timeout)

@@ -9,8 +9,12 @@ LIST = {"tool_calls": [{"name": "list_files", "arguments": {}}]}
 
 
 def script(*responses, fallback="Fine.", **extra):
-    return {"api_key": "sk-runtime-test", "responses": list(responses), "fallback": fallback,
-            **extra}
+    return {
+        "api_key": "sk-runtime-test",
+        "responses": list(responses),
+        "fallback": fallback,
+        **extra,
+    }
 
 
 def user_prompts(body) -> list[str]:
@@ -43,8 +47,15 @@ def test_the_wall_clock_limit_stops_a_model_that_does_not_answer(start, model):
 
 
 def test_the_wall_clock_limit_stops_a_slow_tool(start, model):
-    model.load(script({"tool_calls": [{"name": "run_python",
-                                       "arguments": {"code": "import time; time.sleep(60)"}}]}))
+    model.load(
+        script(
+            {
+                "tool_calls": [
+                    {"name": "run_python", "arguments": {"code": "import time; time.sleep(60)"}}
+                ]
+            }
+        )
+    )
     runtime = start("paw-agent", "--timeout", "3")
     runtime.ready()
     result = runtime.submit("slow", timeout=30)[-1]
@@ -70,9 +81,12 @@ def test_history_seeds_the_memory_of_a_fresh_process(start, model):
     runtime.submit("new")
     messages = model.requests[0]["messages"][1:]
     assert messages == [
-        {"role": "user", "content": "old 1"}, {"role": "assistant", "content": "answer 1"},
-        {"role": "user", "content": "old 2"}, {"role": "assistant", "content": "answer 2"},
-        {"role": "user", "content": "new"}]
+        {"role": "user", "content": "old 1"},
+        {"role": "assistant", "content": "answer 1"},
+        {"role": "user", "content": "old 2"},
+        {"role": "assistant", "content": "answer 2"},
+        {"role": "user", "content": "new"},
+    ]
     assert not [x for x in runtime.lines if x["type"] == "error"]  # silent on success
 
 
@@ -80,12 +94,16 @@ def test_history_refusals(start, model):
     model.load(script({"text": "slow " * 200, "chunk": 5, "chunk_delay": 0.05}))
     runtime = start()
     runtime.ready()
-    for op in ({"op": "history", "op_id": "h1"},
-               {"op": "history", "turns": [{"prompt": "x"}], "op_id": "h2"},
-               {"op": "history", "turns": "nope", "op_id": "h3"}):
+    for op in (
+        {"op": "history", "op_id": "h1"},
+        {"op": "history", "turns": [{"prompt": "x"}], "op_id": "h2"},
+        {"op": "history", "turns": "nope", "op_id": "h3"},
+    ):
         runtime.send(op)
         error = runtime.error()
-        assert error["message"] == 'history requires "turns": a list of {"prompt": str, "answer": str}'
+        assert (
+            error["message"] == 'history requires "turns": a list of {"prompt": str, "answer": str}'
+        )
         assert error["op_id"] == op["op_id"]
     runtime.send({"op": "submit", "prompt": "talk", "run_id": "r1"})
     runtime.wait_for(lambda x: x["type"] == "delta")
@@ -99,15 +117,15 @@ def test_over_the_context_budget_older_turns_are_summarized(start, model):
     model.load(script(untooled="SUMMARY: the user is Ada and likes tips data."))
     runtime = start("paw-agent", "--context-budget", "4000", "--max-output-tokens", "500")
     runtime.ready()
-    turns = [{"prompt": f"question {n} " + "x" * 3000, "answer": f"answer {n}"}
-             for n in range(3)]
+    turns = [{"prompt": f"question {n} " + "x" * 3000, "answer": f"answer {n}"} for n in range(3)]
     runtime.send({"op": "history", "turns": turns})
     lines = runtime.submit("What do you know about me?")
     summary_call, main_call = model.requests
     assert "tools" not in summary_call and "question 0" in summary_call["messages"][1]["content"]
     system = [m["content"] for m in main_call["messages"] if m["role"] == "system"]
-    assert system[1] == ("Summary of the earlier conversation:\n"
-                         "SUMMARY: the user is Ada and likes tips data.")
+    assert system[1] == (
+        "Summary of the earlier conversation:\nSUMMARY: the user is Ada and likes tips data."
+    )
     assert "question 0" not in str(main_call["messages"])
     compact = notifies(lines, "compact")
     assert compact and compact[0]["summarized"] is True and compact[0]["dropped_turns"] >= 1
@@ -116,8 +134,11 @@ def test_over_the_context_budget_older_turns_are_summarized(start, model):
 
 
 def test_a_huge_tool_output_is_cut_to_fit_the_budget(start, model):
-    model.load(script({"tool_calls": [{"name": "run_python",
-                                       "arguments": {"code": "print('y' * 19000)"}}]}))
+    model.load(
+        script(
+            {"tool_calls": [{"name": "run_python", "arguments": {"code": "print('y' * 19000)"}}]}
+        )
+    )
     runtime = start("paw-agent", "--context-budget", "5000", "--max-output-tokens", "500")
     runtime.ready()
     lines = runtime.submit("big output", timeout=120)

@@ -9,8 +9,12 @@ from tests.support import free_port
 
 
 def script(*responses, fallback="Fine.", **extra):
-    return {"api_key": "sk-runtime-test", "responses": list(responses), "fallback": fallback,
-            **extra}
+    return {
+        "api_key": "sk-runtime-test",
+        "responses": list(responses),
+        "fallback": fallback,
+        **extra,
+    }
 
 
 def test_429_is_retried_after_its_retry_after(start, model):
@@ -39,8 +43,12 @@ def test_500s_are_retried_with_backoff(start, model):
 
 
 def test_a_stream_dropped_midway_is_retried_and_its_partial_text_flagged(start, model):
-    model.load(script({"text": "Partial text that never ends", "chunk": 4, "drop_after": 2},
-                      "The whole answer."))
+    model.load(
+        script(
+            {"text": "Partial text that never ends", "chunk": 4, "drop_after": 2},
+            "The whole answer.",
+        )
+    )
     runtime = start("paw-agent", "--retry-base", "0.05")
     runtime.ready()
     lines = runtime.submit("hi")
@@ -62,8 +70,14 @@ def test_giving_up_after_the_last_attempt_fails_the_run(start, model):
 
 
 def test_unreachable_endpoint_fails_after_retries(start):
-    runtime = start("paw-agent", "--retries", "1", "--retry-base", "0.05",
-                    env={"OPENAI_BASE_URL": f"http://127.0.0.1:{free_port()}/v1"})
+    runtime = start(
+        "paw-agent",
+        "--retries",
+        "1",
+        "--retry-base",
+        "0.05",
+        env={"OPENAI_BASE_URL": f"http://127.0.0.1:{free_port()}/v1"},
+    )
     runtime.ready()
     lines = runtime.submit("hi")
     assert len(notifies(lines, "retry")) == 1
@@ -105,16 +119,20 @@ def test_missing_usage_is_estimated_and_marked(start, model):
 
 def test_usage_counts_every_model_call_of_the_run(start, model):
     exact = {"prompt_tokens": 100, "completion_tokens": 10}
-    model.load(script(
-        {"tool_calls": [{"name": "list_files", "arguments": {}}], "usage": exact},
-        {"text": "Two calls.", "usage": exact}))
+    model.load(
+        script(
+            {"tool_calls": [{"name": "list_files", "arguments": {}}], "usage": exact},
+            {"text": "Two calls.", "usage": exact},
+        )
+    )
     runtime = start()
     runtime.ready()
     lines = runtime.submit("hi")
     assert lines[-1]["usage"] == {"input": 200, "output": 20, "rounds": 2, "estimated": False}
     assert notifies(lines, "usage") == [
         {"input": 100, "output": 10, "rounds": 1, "estimated": False},
-        {"input": 200, "output": 20, "rounds": 2, "estimated": False}]
+        {"input": 200, "output": 20, "rounds": 2, "estimated": False},
+    ]
 
 
 def test_requests_carry_the_tools_the_output_cap_and_stream_options(start, model):
@@ -126,8 +144,16 @@ def test_requests_carry_the_tools_the_output_cap_and_stream_options(start, model
     assert body["model"] == "scripted-model" and body["max_tokens"] == 1234
     assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
     names = [t["function"]["name"] for t in body["tools"]]
-    assert names == ["list_files", "read_file", "write_file", "run_python", "shell",
-                     "delete_file", "install_package", "ask_user"]  # no datasource: no run_sql
+    assert names == [
+        "list_files",
+        "read_file",
+        "write_file",
+        "run_python",
+        "shell",
+        "delete_file",
+        "install_package",
+        "ask_user",
+    ]  # no datasource: no run_sql
     assert body["messages"][0]["role"] == "system"
     assert body["messages"][-1] == {"role": "user", "content": "hi"}
 

@@ -15,8 +15,18 @@ from tests.runtime.driver import HARNESS, PAW_AGENT, RUNTIMES, answer_text, noti
 pytestmark = pytest.mark.parametrize("kind", RUNTIMES)
 
 HARNESS_CAPABILITIES = [
-    "submit", "answer", "cancel", "ping", "shutdown", "ask_id", "usage_notify", "error_codes",
-    "per_run_budget", "signal_drain", "hello", "op_id",
+    "submit",
+    "answer",
+    "cancel",
+    "ping",
+    "shutdown",
+    "ask_id",
+    "usage_notify",
+    "error_codes",
+    "per_run_budget",
+    "signal_drain",
+    "hello",
+    "op_id",
 ]
 SLOW_TEXT = {"text": "word " * 400, "chunk": 5, "chunk_delay": 0.05}  # ~20 s of deltas
 
@@ -24,15 +34,31 @@ SLOW_TEXT = {"text": "word " * 400, "chunk": 5, "chunk_delay": 0.05}  # ~20 s of
 def ask_call(kind: str) -> dict:
     """A scripted step calling the runtime's question tool."""
     if kind == PAW_AGENT:
-        return {"tool_calls": [{"name": "ask_user", "arguments": {
-            "question": "Which day?", "options": ["Sat", "Sun"]}}]}
-    return {"tool_calls": [{"name": "Question", "arguments": {
-        "questions": [{"question": "Which day?", "options": ["Sat", "Sun"]}]}}]}
+        return {
+            "tool_calls": [
+                {
+                    "name": "ask_user",
+                    "arguments": {"question": "Which day?", "options": ["Sat", "Sun"]},
+                }
+            ]
+        }
+    return {
+        "tool_calls": [
+            {
+                "name": "Question",
+                "arguments": {"questions": [{"question": "Which day?", "options": ["Sat", "Sun"]}]},
+            }
+        ]
+    }
 
 
 def script(*responses, fallback="Hello from the model."):
-    return {"api_key": "sk-runtime-test", "untooled": "A title", "responses": list(responses),
-            "fallback": fallback}
+    return {
+        "api_key": "sk-runtime-test",
+        "untooled": "A title",
+        "responses": list(responses),
+        "fallback": fallback,
+    }
 
 
 def submit_when_free(runtime, prompt, run_id):
@@ -40,8 +66,7 @@ def submit_when_free(runtime, prompt, run_id):
     a refused submit after ~50 ms)."""
     for _ in range(40):
         runtime.send({"op": "submit", "prompt": prompt, "run_id": run_id, "op_id": run_id})
-        line = runtime.wait_for(lambda x: x.get("run_id") == run_id
-                                or x.get("op_id") == run_id)
+        line = runtime.wait_for(lambda x: x.get("run_id") == run_id or x.get("op_id") == run_id)
         if line["type"] == "start":
             return [line, *runtime.run_lines(run_id)]
         assert line["message"] == "a run is already active"
@@ -54,7 +79,7 @@ def test_ready_is_the_first_line(kind, start):
     ready = runtime.ready()
     assert ready["protocol"] == 1 and ready["protocol_version"] == 1
     assert ready["pid"] == runtime.pid
-    assert ready["capabilities"][:len(HARNESS_CAPABILITIES)] == HARNESS_CAPABILITIES
+    assert ready["capabilities"][: len(HARNESS_CAPABILITIES)] == HARNESS_CAPABILITIES
     assert ("history" in ready["capabilities"]) is (kind == PAW_AGENT)
     assert "run_id" not in ready and "seq" not in ready
 
@@ -93,8 +118,9 @@ def test_ask_is_answered_and_the_run_goes_on(kind, start, model):
     runtime.send({"op": "answer", "run_id": "r1", "answers": ["Sun"], "ask_id": ask["ask_id"]})
     result = runtime.run_lines("r1")[-1]
     assert result["answer"] == "You chose Sun." and result["errors"] == []
-    tool_results = [m["content"] for body in model.requests for m in body["messages"]
-                    if m["role"] == "tool"]
+    tool_results = [
+        m["content"] for body in model.requests for m in body["messages"] if m["role"] == "tool"
+    ]
     assert any("Sun" in str(content) for content in tool_results)
 
 
@@ -105,12 +131,18 @@ def test_refusals_while_a_question_is_pending(kind, start, model):
     runtime.send({"op": "submit", "prompt": "Pick a day.", "run_id": "r1"})
     ask = runtime.wait_for(lambda x: x.get("kind") == "ask")["data"]
     cases = [
-        ({"op": "submit", "prompt": "more", "run_id": "r2", "op_id": "s2"},
-         "a run is already active"),
-        ({"op": "answer", "run_id": "r1", "answers": ["Sat"], "ask_id": "nope", "op_id": "a1"},
-         f"stale answer: ask_id nope is not the pending question ({ask['ask_id']}) for run r1"),
-        ({"op": "answer", "run_id": "other", "answers": ["Sat"], "op_id": "a2"},
-         "no pending question for run other"),
+        (
+            {"op": "submit", "prompt": "more", "run_id": "r2", "op_id": "s2"},
+            "a run is already active",
+        ),
+        (
+            {"op": "answer", "run_id": "r1", "answers": ["Sat"], "ask_id": "nope", "op_id": "a1"},
+            f"stale answer: ask_id nope is not the pending question ({ask['ask_id']}) for run r1",
+        ),
+        (
+            {"op": "answer", "run_id": "other", "answers": ["Sat"], "op_id": "a2"},
+            "no pending question for run other",
+        ),
         ({"op": "cancel", "run_id": "other", "op_id": "c1"}, "run other is not active"),
     ]
     for op, message in cases:
@@ -158,38 +190,58 @@ def test_ping_and_hello_echo_op_id(kind, start):
     runtime = start(kind)
     runtime.ready()
     runtime.send({"op": "ping", "op_id": "p-42"})
-    assert runtime.next() == {**runtime.lines[-1], "type": "pong", "op_id": "p-42",
-                              "protocol": 1}
+    assert runtime.next() == {**runtime.lines[-1], "type": "pong", "op_id": "p-42", "protocol": 1}
     runtime.send({"op": "ping"})
     assert "op_id" not in runtime.next()
     runtime.send({"op": "hello", "protocol_versions": [1, 2], "op_id": "h-1"})
     hello = runtime.next()
     assert hello["type"] == "hello" and hello["protocol_version"] == 1
     assert hello["op_id"] == "h-1" and hello["pid"] == runtime.pid
-    assert hello["capabilities"][:len(HARNESS_CAPABILITIES)] == HARNESS_CAPABILITIES
+    assert hello["capabilities"][: len(HARNESS_CAPABILITIES)] == HARNESS_CAPABILITIES
 
 
-@pytest.mark.parametrize(("line", "message", "op_id"), [
-    ("{not json", "malformed op line", None),
-    ("[1, 2]", "op must be an object with a string 'op' field", None),
-    ({"op_id": "e1"}, "op must be an object with a string 'op' field", "e1"),
-    ({"op": 7, "op_id": "e2"}, "op must be an object with a string 'op' field", "e2"),
-    ({"op": "fly", "op_id": "e3"}, "unknown op: fly", "e3"),
-    ({"op": "submit", "prompt": "hi", "op_id": "e4"}, "submit requires run_id", "e4"),
-    ({"op": "submit", "run_id": "r", "prompt": "  ", "op_id": "e5"},
-     "submit requires a non-empty prompt", "e5"),
-    ({"op": "submit", "run_id": "r", "op_id": "e6"}, "submit requires a non-empty prompt", "e6"),
-    ({"op": "answer", "run_id": "r", "answers": [], "op_id": "e7"},
-     "answer requires a non-empty answers list", "e7"),
-    ({"op": "answer", "run_id": "r", "answers": ["yes"], "op_id": "e8"},
-     "no pending question for run r", "e8"),
-    ({"op": "cancel", "run_id": "r", "op_id": "e9"}, "run r is not active", "e9"),
-    ({"op": "cancel", "op_id": "e10"}, "run (missing) is not active", "e10"),
-    ({"op": "hello", "protocol_versions": [7], "op_id": "e11"},
-     "no shared protocol version: host accepts [7], this build speaks 1", "e11"),
-], ids=lambda value: value if isinstance(value, str) and len(value) < 12 else None)
+@pytest.mark.parametrize(
+    ("line", "message", "op_id"),
+    [
+        ("{not json", "malformed op line", None),
+        ("[1, 2]", "op must be an object with a string 'op' field", None),
+        ({"op_id": "e1"}, "op must be an object with a string 'op' field", "e1"),
+        ({"op": 7, "op_id": "e2"}, "op must be an object with a string 'op' field", "e2"),
+        ({"op": "fly", "op_id": "e3"}, "unknown op: fly", "e3"),
+        ({"op": "submit", "prompt": "hi", "op_id": "e4"}, "submit requires run_id", "e4"),
+        (
+            {"op": "submit", "run_id": "r", "prompt": "  ", "op_id": "e5"},
+            "submit requires a non-empty prompt",
+            "e5",
+        ),
+        (
+            {"op": "submit", "run_id": "r", "op_id": "e6"},
+            "submit requires a non-empty prompt",
+            "e6",
+        ),
+        (
+            {"op": "answer", "run_id": "r", "answers": [], "op_id": "e7"},
+            "answer requires a non-empty answers list",
+            "e7",
+        ),
+        (
+            {"op": "answer", "run_id": "r", "answers": ["yes"], "op_id": "e8"},
+            "no pending question for run r",
+            "e8",
+        ),
+        ({"op": "cancel", "run_id": "r", "op_id": "e9"}, "run r is not active", "e9"),
+        ({"op": "cancel", "op_id": "e10"}, "run (missing) is not active", "e10"),
+        (
+            {"op": "hello", "protocol_versions": [7], "op_id": "e11"},
+            "no shared protocol version: host accepts [7], this build speaks 1",
+            "e11",
+        ),
+    ],
+    ids=lambda value: value if isinstance(value, str) and len(value) < 12 else None,
+)
 def test_every_refused_op_gets_an_error_line_and_the_process_lives_on(
-        kind, start, line, message, op_id):
+    kind, start, line, message, op_id
+):
     runtime = start(kind)
     runtime.ready()
     runtime.send(line if isinstance(line, str) else json.dumps(line))

@@ -21,15 +21,24 @@ def script(*responses, fallback="Fine."):
 
 
 def sql_call(query: str, datasource: str = "shop") -> dict:
-    return {"tool_calls": [{"name": "run_sql",
-                            "arguments": {"datasource": datasource, "query": query}}]}
+    return {
+        "tool_calls": [{"name": "run_sql", "arguments": {"datasource": datasource, "query": query}}]
+    }
 
 
 def datasource_env(slug: str, dialect: str, url: str) -> dict[str, str]:
     return {
-        "PAW_DATASOURCES": json.dumps([{"slug": slug, "name": "The shop", "dialect": dialect,
-                                        "description": "orders and customers",
-                                        "env": f"PAW_DATASOURCE_{slug.upper()}_URL"}]),
+        "PAW_DATASOURCES": json.dumps(
+            [
+                {
+                    "slug": slug,
+                    "name": "The shop",
+                    "dialect": dialect,
+                    "description": "orders and customers",
+                    "env": f"PAW_DATASOURCE_{slug.upper()}_URL",
+                }
+            ]
+        ),
         f"PAW_DATASOURCE_{slug.upper()}_URL": url,
     }
 
@@ -38,20 +47,23 @@ def tool_results(model) -> list[str]:
     return [m["content"] for m in model.requests[-1]["messages"] if m["role"] == "tool"]
 
 
-@pytest.mark.parametrize(("sql", "read"), [
-    ("SELECT * FROM orders", True),
-    ("  with t as (select 1) select * from t;", True),
-    ("EXPLAIN SELECT 1", True),
-    ("select 'delete from x; drop table y' as text -- update", True),
-    ("SELECT 1; DROP TABLE orders", False),
-    ("DELETE FROM orders", False),
-    ("WITH gone AS (DELETE FROM orders RETURNING *) SELECT * FROM gone", False),
-    ("EXPLAIN ANALYZE DELETE FROM orders", False),
-    ("SELECT * INTO copy FROM orders", False),
-    ("SELECT * FROM orders FOR UPDATE", False),
-    ("PRAGMA journal_mode=WAL", False),
-    ("", False),
-])
+@pytest.mark.parametrize(
+    ("sql", "read"),
+    [
+        ("SELECT * FROM orders", True),
+        ("  with t as (select 1) select * from t;", True),
+        ("EXPLAIN SELECT 1", True),
+        ("select 'delete from x; drop table y' as text -- update", True),
+        ("SELECT 1; DROP TABLE orders", False),
+        ("DELETE FROM orders", False),
+        ("WITH gone AS (DELETE FROM orders RETURNING *) SELECT * FROM gone", False),
+        ("EXPLAIN ANALYZE DELETE FROM orders", False),
+        ("SELECT * INTO copy FROM orders", False),
+        ("SELECT * FROM orders FOR UPDATE", False),
+        ("PRAGMA journal_mode=WAL", False),
+        ("", False),
+    ],
+)
 def test_only_a_single_select_with_or_explain_counts_as_a_read(sql, read):
     assert is_read_only(sql) is read
 
@@ -61,8 +73,10 @@ def shop_sqlite(tmp_path: Path) -> Path:
     path = tmp_path / "shop.sqlite3"
     with sqlite3.connect(path) as connection:
         connection.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY, day TEXT, total REAL)")
-        connection.executemany("INSERT INTO orders (day, total) VALUES (?, ?)",
-                               [("Sat", 20.5), ("Sun", 31.0), ("Sun", 12.25)])
+        connection.executemany(
+            "INSERT INTO orders (day, total) VALUES (?, ?)",
+            [("Sat", 20.5), ("Sun", 31.0), ("Sun", 12.25)],
+        )
     return path
 
 
@@ -72,14 +86,17 @@ def count_sqlite(path: Path) -> int:
 
 
 def test_sqlite_select_returns_a_table_and_the_model_knows_the_datasource(
-        start, model, shop_sqlite):
-    model.load(script(sql_call("SELECT day, sum(total) AS total FROM orders GROUP BY day "
-                               "ORDER BY day")))
+    start, model, shop_sqlite
+):
+    model.load(
+        script(sql_call("SELECT day, sum(total) AS total FROM orders GROUP BY day ORDER BY day"))
+    )
     runtime = start("paw-agent", env=datasource_env("shop", "sqlite", f"sqlite:///{shop_sqlite}"))
     runtime.ready()
     lines = runtime.submit("totals by day")
     assert tool_results(model) == [
-        "| day | total |\n|---|---|\n| Sat | 20.5 |\n| Sun | 43.25 |\n\n(2 rows)"]
+        "| day | total |\n|---|---|\n| Sat | 20.5 |\n| Sun | 43.25 |\n\n(2 rows)"
+    ]
     assert notifies(lines, "ask") == []  # a read needs no approval
     system = model.requests[0]["messages"][0]["content"]
     assert "- shop: The shop (sqlite) — orders and customers" in system
@@ -94,10 +111,18 @@ def test_sqlite_write_needs_approval(start, model, shop_sqlite, approve):
     runtime.send({"op": "submit", "prompt": "drop sunday", "run_id": "r1"})
     ask = runtime.wait_for(lambda x: x.get("kind") == "ask")["data"]
     assert ask["kind"] == "confirm"
-    assert ask["prompt"] == ("run_sql on The shop (shop, sqlite) — this statement may change "
-                             "data:\nDELETE FROM orders WHERE day = 'Sun'")
-    runtime.send({"op": "answer", "run_id": "r1", "answers": ["yes" if approve else "no"],
-                  "ask_id": ask["ask_id"]})
+    assert ask["prompt"] == (
+        "run_sql on The shop (shop, sqlite) — this statement may change "
+        "data:\nDELETE FROM orders WHERE day = 'Sun'"
+    )
+    runtime.send(
+        {
+            "op": "answer",
+            "run_id": "r1",
+            "answers": ["yes" if approve else "no"],
+            "ask_id": ask["ask_id"],
+        }
+    )
     runtime.run_lines("r1")
     if approve:
         assert tool_results(model) == ["statement executed; 2 rows changed"]
@@ -108,13 +133,22 @@ def test_sqlite_write_needs_approval(start, model, shop_sqlite, approve):
 
 
 def test_sql_errors_go_back_to_the_model_and_code_never_sees_credentials(start, model, shop_sqlite):
-    code = ("import os\nprint(sorted(k for k, v in os.environ.items() if k.startswith("
-            "('OPENAI', 'PAW_DATASOURCE')) or v == 'sk-runtime-test'), os.environ['MY_TOKEN'])")
-    model.load(script(sql_call("SELECT 1", datasource="nope"),
-                      sql_call("SELECT * FROM missing_table"),
-                      {"tool_calls": [{"name": "run_python", "arguments": {"code": code}}]}))
-    env = {**datasource_env("shop", "sqlite", f"sqlite:///{shop_sqlite}"),
-           "KEY_COPY": "sk-runtime-test", "MY_TOKEN": "the user's own"}
+    code = (
+        "import os\nprint(sorted(k for k, v in os.environ.items() if k.startswith("
+        "('OPENAI', 'PAW_DATASOURCE')) or v == 'sk-runtime-test'), os.environ['MY_TOKEN'])"
+    )
+    model.load(
+        script(
+            sql_call("SELECT 1", datasource="nope"),
+            sql_call("SELECT * FROM missing_table"),
+            {"tool_calls": [{"name": "run_python", "arguments": {"code": code}}]},
+        )
+    )
+    env = {
+        **datasource_env("shop", "sqlite", f"sqlite:///{shop_sqlite}"),
+        "KEY_COPY": "sk-runtime-test",
+        "MY_TOKEN": "the user's own",
+    }
     runtime = start("paw-agent", env=env)
     runtime.ready()
     lines = runtime.submit("oops", timeout=120)
@@ -122,7 +156,8 @@ def test_sql_errors_go_back_to_the_model_and_code_never_sees_credentials(start, 
         "error: no datasource 'nope'; the datasources are: shop",
         "error: SQLite error: no such table: missing_table",
         # The code sees neither the provider key nor the datasource URLs, only the rest.
-        "[] the user's own"]
+        "[] the user's own",
+    ]
     assert [t["ok"] for t in notifies(lines, "tool")] == [False, False, True]
 
 
@@ -139,10 +174,13 @@ def scratch_table(django_db_setup, django_db_blocker) -> Iterator[str]:
         connection.execute("DROP TABLE IF EXISTS runtime_scratch_tips")
         connection.execute("DROP SEQUENCE IF EXISTS runtime_scratch_tips_seq")
         connection.execute(
-            "CREATE TABLE runtime_scratch_tips (id serial PRIMARY KEY, day text, tip numeric)")
+            "CREATE TABLE runtime_scratch_tips (id serial PRIMARY KEY, day text, tip numeric)"
+        )
         connection.execute("CREATE SEQUENCE runtime_scratch_tips_seq")
-        connection.execute("INSERT INTO runtime_scratch_tips (day, tip) VALUES "
-                           "('Sat', 2.5), ('Sun', 3.5), ('Sun', 3.0)")
+        connection.execute(
+            "INSERT INTO runtime_scratch_tips (day, tip) VALUES "
+            "('Sat', 2.5), ('Sun', 3.5), ('Sun', 3.0)"
+        )
     yield url
     with psycopg.connect(url, autocommit=True) as connection:
         connection.execute("DROP TABLE IF EXISTS runtime_scratch_tips")
@@ -152,20 +190,28 @@ def scratch_table(django_db_setup, django_db_blocker) -> Iterator[str]:
 @pytest.mark.django_db  # makes pytest-django create the test database
 def test_postgresql_read_runs_read_only_and_write_runs_once_approved(start, model, scratch_table):
     url = scratch_table
-    model.load(script(
-        sql_call("SELECT day, avg(tip)::numeric(4,2) AS tip FROM runtime_scratch_tips "
-                 "GROUP BY day ORDER BY day", datasource="tips_db"),
-        # Looks like a read, but changes the sequence: the read-only transaction refuses it.
-        sql_call("SELECT nextval('runtime_scratch_tips_seq')", datasource="tips_db"),
-        sql_call("UPDATE runtime_scratch_tips SET tip = tip + 1 WHERE day = 'Sat'",
-                 datasource="tips_db"),
-    ))
+    model.load(
+        script(
+            sql_call(
+                "SELECT day, avg(tip)::numeric(4,2) AS tip FROM runtime_scratch_tips "
+                "GROUP BY day ORDER BY day",
+                datasource="tips_db",
+            ),
+            # Looks like a read, but changes the sequence: the read-only transaction refuses it.
+            sql_call("SELECT nextval('runtime_scratch_tips_seq')", datasource="tips_db"),
+            sql_call(
+                "UPDATE runtime_scratch_tips SET tip = tip + 1 WHERE day = 'Sat'",
+                datasource="tips_db",
+            ),
+        )
+    )
     runtime = start("paw-agent", env=datasource_env("tips_db", "postgresql", url))
     runtime.ready()
     runtime.send({"op": "submit", "prompt": "tips", "run_id": "r1"})
     ask = runtime.wait_for(lambda x: x.get("kind") == "ask")["data"]
-    assert ask["prompt"].endswith("\nUPDATE runtime_scratch_tips SET tip = tip + 1 WHERE "
-                                  "day = 'Sat'")
+    assert ask["prompt"].endswith(
+        "\nUPDATE runtime_scratch_tips SET tip = tip + 1 WHERE day = 'Sat'"
+    )
     runtime.send({"op": "answer", "run_id": "r1", "answers": ["y"], "ask_id": ask["ask_id"]})
     runtime.run_lines("r1")
     read, sneaky, write = tool_results(model)
@@ -173,12 +219,16 @@ def test_postgresql_read_runs_read_only_and_write_runs_once_approved(start, mode
     assert sneaky.startswith("error: PostgreSQL error:") and "read-only transaction" in sneaky
     assert write == "statement executed (UPDATE 1); 1 rows changed"
     with psycopg.connect(url) as connection:
+        assert (
+            connection.execute("SELECT tip FROM runtime_scratch_tips WHERE day = 'Sat'").fetchone()[
+                0
+            ]
+            == 3.5
+        )
         assert connection.execute(
-            "SELECT tip FROM runtime_scratch_tips WHERE day = 'Sat'").fetchone()[0] == 3.5
-        assert connection.execute(
-            "SELECT last_value, is_called FROM runtime_scratch_tips_seq").fetchone() == (1, False)
-        assert connection.execute(
-            "SELECT count(*) FROM runtime_scratch_tips").fetchone()[0] == 3
+            "SELECT last_value, is_called FROM runtime_scratch_tips_seq"
+        ).fetchone() == (1, False)
+        assert connection.execute("SELECT count(*) FROM runtime_scratch_tips").fetchone()[0] == 3
 
 
 @pytest.mark.django_db

