@@ -244,7 +244,13 @@ class ModelClient:
         if use_stream:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
-        client = self._sdk(control)
+        try:
+            client = self._sdk(control)
+        except Stopped:
+            raise
+        except Exception as exc:  # no API key, a bad base URL: nothing to retry
+            failure = _classify(exc)
+            raise ModelError(failure.code, failure.message) from exc
         attempt = 0
         while True:
             attempt += 1

@@ -99,6 +99,15 @@ def test_401_fails_the_run_at_once_with_code_auth(start, model):
     assert notifies(lines, "retry") == [] and len(model.log) == 1
 
 
+def test_a_missing_api_key_fails_the_run_with_code_auth(start, model):
+    runtime = start("paw-agent", env={"OPENAI_API_KEY": ""})
+    runtime.ready()
+    result = runtime.submit("hi")[-1]
+    assert [e["code"] for e in result["errors"]] == ["auth"]
+    assert "OPENAI_API_KEY" in result["errors"][0]["message"]
+    assert model.log == []
+
+
 def test_403_fails_the_run_with_code_auth(start, model):
     model.load(script({"error": 403}))
     runtime = start()
