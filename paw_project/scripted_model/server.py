@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -72,6 +73,7 @@ class _Handler(BaseHTTPRequestHandler):
         for name, value in (headers or {}).items():
             self.send_header(name, value)
         self.end_headers()
+        self._record()
         self.wfile.write(body)
 
     def _send_error(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
@@ -168,14 +170,15 @@ class _Handler(BaseHTTPRequestHandler):
     def _chat(self, body: dict[str, Any]) -> None:
         model = self.server.model
         script = model.script
-        received = time.monotonic()
-        entry: dict[str, Any] = {
+        self._received = time.monotonic()
+        self._entry = entry = {
             "method": "POST",
             "path": "/v1/chat/completions",
             "received": time.time(),
             "stream": bool(body.get("stream")),
             "body": body,
             "authorization": self.headers.get("Authorization"),
+            "client_port": self.client_address[1],
         }
         token = (self.headers.get("Authorization") or "").removeprefix("Bearer ").strip()
         if script.api_key is not None and token != script.api_key:
@@ -204,8 +207,18 @@ class _Handler(BaseHTTPRequestHandler):
             entry["client_gone"] = True
             self.close_connection = True
         finally:
-            entry["duration"] = time.monotonic() - received
-            model.record(entry)
+            self._record()
+
+    _entry: dict[str, Any] | None = None
+    _received = 0.0
+
+    def _record(self) -> None:
+        """Log the chat request being answered (once), just before the last write of its
+        response: a client that has the whole answer always finds the request logged."""
+        entry, self._entry = self._entry, None
+        if entry is not None:
+            entry["duration"] = time.monotonic() - self._received
+            self.server.model.record(entry)
 
     def _answer(self, body: dict[str, Any], step: dict[str, Any]) -> tuple[str, list[dict]]:
         """The text and the tool calls ``[{"id", "name", "arguments": str}]`` of a step."""
@@ -257,6 +270,7 @@ class _Handler(BaseHTTPRequestHandler):
         if "drop_after" in step:
             entry["dropped"] = True
             self.close_connection = True
+            self._record()
             self.connection.shutdown(socket.SHUT_RDWR)
             return
         message: dict[str, Any] = {"role": "assistant", "content": text or None}
@@ -351,6 +365,7 @@ class _Handler(BaseHTTPRequestHandler):
             # Cut the connection in the middle of the body: no terminating chunk, no [DONE].
             entry["dropped"] = True
             self.close_connection = True
+            self._record()
             self.connection.shutdown(socket.SHUT_RDWR)
             return
         tail = [event({}, step.get("finish_reason") or ("tool_calls" if calls else "stop"))]
@@ -358,8 +373,11 @@ class _Handler(BaseHTTPRequestHandler):
         if include_usage and usage is not None:
             tail.append(f"data: {json.dumps({**base, 'choices': [], 'usage': usage})}\n\n".encode())
         tail.append(b"data: [DONE]\n\n")
-        self._chunk(b"".join(tail))
-        self.wfile.write(b"0\r\n\r\n")
+        self._record()
+        data = b"".join(tail)
+        # The last chunk and the end of the body in one write, so a client that stops
+        # reading at [DONE] still finds the whole message and can reuse the connection.
+        self.wfile.write(f"{len(data):X}\r\n".encode() + data + b"\r\n0\r\n\r\n")
 
     def _chunk(self, data: bytes) -> None:
         self.wfile.write(f"{len(data):X}\r\n".encode() + data + b"\r\n")
@@ -369,6 +387,11 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
     model: ScriptedModel
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Clients hanging up on a kept-alive connection are normal, not worth a traceback."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 class ScriptedModel:
@@ -382,7 +405,8 @@ class ScriptedModel:
 
     ``port=0`` picks a free port. ``log`` holds one entry per chat request:
     ``{"body", "source", "status", "stream", "received" (epoch s), "duration" (s spent
-    answering, delays included), "authorization", ...}``.
+    answering, delays included), "authorization", "client_port" (the same port on two
+    entries = one kept-alive connection), ...}``.
     """
 
     def __init__(self, script: Any = None, *, host: str = "127.0.0.1", port: int = 0) -> None:

@@ -1,0 +1,189 @@
+"""Benchmark both agent runtimes side by side against the scripted model.
+
+    .venv/bin/python bench/runtime.py [--spawns 10] [--runs 30]
+
+For ``paw-agent serve`` and ``python-agent-harness serve`` it measures:
+
+- spawn → ready: from ``Popen`` to the ``ready`` line read (median and best of N spawns);
+- idle memory: RSS of the whole process tree (the runtime and its children) once ready,
+  and again after the measured runs (the model client then loaded);
+- per-round overhead: N runs of a prompt the model answers in one call, each timed from
+  writing ``submit`` to reading ``result``, minus the scripted model's own time for the
+  requests of that run, divided by the model calls of that run (python-agent-harness
+  adds two self-check calls per run). Two warm-up runs come first (imports, title).
+
+Targets for paw-agent (issue 3): ready ≤ 0.2 s, idle ≤ 60 MB, overhead ≤ 5 ms per round.
+Run it on a quiet machine: it measures time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from paw_project.scripted_model import ScriptedModel
+
+BIN = Path(sys.executable).parent
+RUNTIMES = ("paw-agent", "python-agent-harness")
+SCRIPT = {"fallback": {"text": "ok", "chunk": 2}, "untooled": "Benchmark"}
+TARGETS = {"ready": 0.2, "idle": 60.0, "overhead": 5.0}
+
+
+def environment(base: Path, model: ScriptedModel) -> dict[str, str]:
+    """A from-scratch environment with private HOME, XDG_* and TMPDIR, like PAW's host."""
+    dirs = {
+        "HOME": base,
+        "XDG_DATA_HOME": base / "data",
+        "XDG_CONFIG_HOME": base / "config",
+        "XDG_CACHE_HOME": base / "cache",
+        "XDG_STATE_HOME": base / "state",
+        "TMPDIR": base / "tmp",
+    }
+    for path in dirs.values():
+        path.mkdir(parents=True, exist_ok=True)
+    return {
+        **{name: str(path) for name, path in dirs.items()},
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "LANG": "C.UTF-8",
+        "NO_PROXY": "127.0.0.1,localhost",
+        "OPENAI_BASE_URL": model.base_url,
+        "OPENAI_API_KEY": "sk-bench",
+        "OPENAI_MODEL": "scripted-model",
+    }
+
+
+def spawn(kind: str, env: dict[str, str], project: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [str(BIN / kind), "serve", "--project", str(project)],
+        env=env,
+        cwd=project,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
+def read_line(process: subprocess.Popen) -> dict:
+    line = process.stdout.readline()
+    if not line:
+        raise RuntimeError(f"runtime exited with {process.wait()}")
+    return json.loads(line)
+
+
+def stop(process: subprocess.Popen) -> None:
+    process.stdin.close()
+    try:
+        process.wait(10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def tree_rss_mb(pid: int) -> float:
+    """Resident memory of ``pid`` and all its descendants, in MB (from /proc)."""
+    total, pending = 0, [pid]
+    while pending:
+        current = pending.pop()
+        try:
+            status = Path(f"/proc/{current}/status").read_text()
+            total += int(next(x for x in status.splitlines() if x.startswith("VmRSS:")).split()[1])
+            for task in Path(f"/proc/{current}/task").iterdir():
+                pending += [int(c) for c in (task / "children").read_text().split()]
+        except (OSError, StopIteration):
+            continue
+    return total / 1024
+
+
+def measure(kind: str, model: ScriptedModel, base: Path, spawns: int, runs: int) -> dict:
+    project = base / "project"
+    project.mkdir(parents=True, exist_ok=True)
+    env = environment(base / "home", model)
+    ready_times, idle = [], []
+    for _ in range(spawns):
+        started = time.perf_counter()
+        process = spawn(kind, env, project)
+        line = read_line(process)
+        ready_times.append(time.perf_counter() - started)
+        assert line["type"] == "ready", line
+        time.sleep(0.3)  # let it settle before reading its memory
+        idle.append(tree_rss_mb(process.pid))
+        stop(process)
+    process = spawn(kind, env, project)
+    read_line(process)
+    overheads, calls = [], []
+    for n in range(runs + 2):
+        model.clear_log()
+        started = time.perf_counter()
+        process.stdin.write(
+            json.dumps({"op": "submit", "prompt": "Say ok.", "run_id": f"b{n}"}).encode() + b"\n"
+        )
+        process.stdin.flush()
+        while (line := read_line(process))["type"] != "result":
+            pass
+        elapsed = time.perf_counter() - started
+        assert line["errors"] == [], line
+        log = model.log
+        if n >= 2:  # warm-up: imports, the harness's title request
+            overheads.append((elapsed - sum(e["duration"] for e in log)) / len(log) * 1000)
+            calls.append(len(log))
+        time.sleep(0.06)  # PROTOCOL.md: the next submit is accepted a moment after result
+    busy = tree_rss_mb(process.pid)
+    stop(process)
+    return {
+        "ready_median": statistics.median(ready_times),
+        "ready_best": min(ready_times),
+        "idle": statistics.median(idle),
+        "busy": busy,
+        "overhead_median": statistics.median(overheads),
+        "overhead_p90": sorted(overheads)[int(len(overheads) * 0.9) - 1],
+        "calls": statistics.median(calls),
+    }
+
+
+def main() -> int:
+    """Measure both runtimes and print the table; exit 1 if paw-agent misses a target."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--spawns", type=int, default=10)
+    parser.add_argument("--runs", type=int, default=30)
+    args = parser.parse_args()
+    results = {}
+    with ScriptedModel(SCRIPT) as model, tempfile.TemporaryDirectory() as tmp:
+        for kind in RUNTIMES:
+            results[kind] = measure(kind, model, Path(tmp) / kind, args.spawns, args.runs)
+    print(
+        f"{'':22} {'ready median':>13} {'ready best':>11} {'idle RSS':>10} "
+        f"{'RSS after runs':>15} {'overhead/round':>15} {'p90':>8} {'calls/run':>10}"
+    )
+    for kind, r in results.items():
+        print(
+            f"{kind:22} {r['ready_median']:>11.3f} s {r['ready_best']:>9.3f} s "
+            f"{r['idle']:>7.1f} MB {r['busy']:>12.1f} MB {r['overhead_median']:>12.2f} ms "
+            f"{r['overhead_p90']:>5.2f} ms {r['calls']:>10g}"
+        )
+    paw = results["paw-agent"]
+    verdicts = {
+        "ready": paw["ready_median"] <= TARGETS["ready"],
+        "idle": paw["idle"] <= TARGETS["idle"],
+        "overhead": paw["overhead_median"] <= TARGETS["overhead"],
+    }
+    print(
+        "paw-agent targets: "
+        + ", ".join(
+            f"{name} ≤ {TARGETS[name]:g} {'s' if name == 'ready' else 'MB' if name == 'idle' else 'ms'}"
+            f" {'met' if ok else 'MISSED'}"
+            for name, ok in verdicts.items()
+        )
+    )
+    return 0 if all(verdicts.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""The ``paw-agent`` command: ``paw-agent serve [flags]`` speaks the serve protocol v1 on
+stdin/stdout (PROTOCOL.md). Flags mirror python-agent-harness's ``serve`` where they
+overlap (``--project``, ``--answer-timeout``, ``--max-rounds``, ``--timeout``,
+``--no-stream``); times are seconds, 0 = no limit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command-line parser (``serve`` is the only command)."""
+    parser = argparse.ArgumentParser(
+        prog="paw-agent",
+        description=(
+            "PAW's agent runtime. Configure the model with OPENAI_BASE_URL, OPENAI_API_KEY and "
+            "OPENAI_MODEL; datasources with PAW_DATASOURCES and PAW_DATASOURCE_<SLUG>_URL."
+        ),
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="serve the protocol on stdin/stdout")
+    serve.add_argument("--project", default=".", help="the workspace folder (default: cwd)")
+    serve.add_argument(
+        "--answer-timeout",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="how long a question or approval waits (0 = forever); unanswered = declined",
+    )
+    serve.add_argument(
+        "--max-rounds", type=int, default=10, metavar="N", help="tool rounds per run (default 10)"
+    )
+    serve.add_argument(
+        "--timeout", type=float, default=0.0, metavar="S", help="wall clock per run (0 = none)"
+    )
+    serve.add_argument(
+        "--max-output-tokens",
+        type=int,
+        default=4096,
+        metavar="N",
+        help="model output tokens per call (default 4096)",
+    )
+    serve.add_argument(
+        "--context-budget",
+        type=int,
+        default=100_000,
+        metavar="N",
+        help="tokens per model request (default 100000)",
+    )
+    serve.add_argument(
+        "--memory-turns",
+        type=int,
+        default=12,
+        metavar="N",
+        help="earlier turns remembered (default 12)",
+    )
+    serve.add_argument(
+        "--tool-timeout",
+        type=float,
+        default=120.0,
+        metavar="S",
+        help="time limit of one tool call (default 120)",
+    )
+    serve.add_argument(
+        "--packages-dir",
+        default=None,
+        metavar="DIR",
+        help="where install_package installs (default PROJECT/.paw/site-packages)",
+    )
+    serve.add_argument(
+        "--retries",
+        type=int,
+        default=3,
+        metavar="N",
+        help="retries of a failed model call (default 3)",
+    )
+    serve.add_argument(
+        "--retry-base",
+        type=float,
+        default=0.5,
+        metavar="S",
+        help="first retry delay, doubled each time (default 0.5)",
+    )
+    serve.add_argument(
+        "--no-stream",
+        action="store_true",
+        help="ask the model for whole answers instead of streams",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``paw-agent``; ``serve`` ends the process itself (exit code 0)."""
+    args = build_parser().parse_args(argv)
+    # The protocol gets its own copy of stdout; fd 1 then points at stderr, so a stray
+    # print (ours or a library's) can never corrupt the JSON lines.
+    protocol_fd = os.dup(1)
+    os.dup2(2, 1)
+    from sandboxes.runtime.agent import Agent, Settings
+    from sandboxes.runtime.protocol import LineWriter
+    from sandboxes.runtime.server import AgentServer
+
+    settings = Settings(
+        project=Path(args.project),
+        answer_timeout=max(0.0, args.answer_timeout),
+        max_rounds=max(0, args.max_rounds),
+        timeout=max(0.0, args.timeout),
+        max_output_tokens=max(1, args.max_output_tokens),
+        context_budget=max(1, args.context_budget),
+        memory_turns=max(0, args.memory_turns),
+        stream=not args.no_stream,
+        tool_timeout=max(1.0, args.tool_timeout),
+        packages_dir=Path(args.packages_dir).resolve() if args.packages_dir else None,
+        attempts=max(0, args.retries) + 1,
+        retry_base=max(0.0, args.retry_base),
+    )
+    try:
+        agent = Agent(settings, os.environ)
+    except FileNotFoundError as exc:
+        print(f"paw-agent: {exc}", file=sys.stderr)
+        return 2
+    code = AgentServer(agent, LineWriter(protocol_fd)).serve()
+    sys.stderr.flush()
+    # Daemon threads may sit in blocking reads; leaving without interpreter teardown
+    # avoids waiting on (or crashing in) them. Every line was written unbuffered.
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

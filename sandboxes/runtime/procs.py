@@ -1,0 +1,146 @@
+"""Child processes of tools: each in its own process group, killed as a group.
+
+Every group paw-agent starts is registered here, so ending a run or the process kills
+them all (``kill_all``): no orphan ever outlives paw-agent. Commands run under
+``guard.py`` so even a SIGKILL of paw-agent takes its tools down.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from sandboxes.runtime.control import RunControl, Stopped
+
+GUARD = str(Path(__file__).resolve().parent / "guard.py")
+
+_groups: set[int] = set()
+_groups_lock = threading.Lock()
+
+
+def tool_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """What tool processes see: paw-agent's environment without its own credentials, the
+    model settings ``OPENAI_*`` (the operator's key) and the datasource variables
+    ``PAW_DATASOURCE*`` (URLs with passwords; ``run_sql`` is the way to a datasource), nor
+    any other variable holding the same value as ``OPENAI_API_KEY``; plus ``extra``.
+    Everything else the host chose to give the sandbox (the user's own secrets) stays
+    visible, since it was given for the agent's code to use."""
+    api_key = os.environ.get("OPENAI_API_KEY")
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith(("OPENAI_", "PAW_DATASOURCE")) and not (api_key and value == api_key)
+    }
+    env.update(extra or {})
+    return env
+
+
+def register(pid: int) -> None:
+    """Remember the process group led by ``pid`` (killed by :func:`kill_all`)."""
+    with _groups_lock:
+        _groups.add(pid)
+
+
+def kill_group(pid: int) -> None:
+    """SIGKILL the process group led by ``pid`` and forget it (no error if gone)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+    with _groups_lock:
+        _groups.discard(pid)
+
+
+def kill_all() -> None:
+    """SIGKILL every registered process group (paw-agent is exiting)."""
+    with _groups_lock:
+        pids = list(_groups)
+    for pid in pids:
+        kill_group(pid)
+
+
+def spawn(
+    argv: list[str], *, cwd: Path, env: dict[str, str], guarded: bool = True, **popen: object
+) -> subprocess.Popen:
+    """Start ``argv`` as the leader of a new session and process group, registered for
+    :func:`kill_all`; under ``guard.py`` unless ``guarded`` is False (a child that watches
+    its parent itself). Raises ``OSError`` when it cannot start."""
+    if guarded:
+        argv = [sys.executable, "-I", "-S", GUARD, str(os.getpid()), "--", *argv]
+    process = subprocess.Popen(argv, cwd=cwd, env=env, start_new_session=True, **popen)
+    register(process.pid)
+    return process
+
+
+@dataclass
+class CommandResult:
+    """What a command did: ``exit_code`` (None when killed for its time limit), merged
+    stdout+stderr ``output`` (cut to the cap), and whether it ``timed_out``."""
+
+    exit_code: int | None
+    output: str
+    timed_out: bool = False
+
+
+def run_command(
+    argv: list[str],
+    *,
+    cwd: Path,
+    env: dict[str, str],
+    timeout: float,
+    control: RunControl,
+    max_output: int = 20_000,
+) -> CommandResult:
+    """Run ``argv`` to completion in its own group with ``timeout`` seconds; output beyond
+    ``max_output`` characters is dropped from the middle. A stopped run kills the group and
+    raises ``Stopped``."""
+    process = spawn(
+        argv,
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    half = max_output // 2
+    head = bytearray()
+    tail = bytearray()
+    total = [0]
+
+    def drain() -> None:
+        # Read to the end (a full pipe would block the command), keeping the first and
+        # the last half of max_output bytes.
+        assert process.stdout is not None
+        for block in iter(lambda: process.stdout.read1(65536), b""):
+            total[0] += len(block)
+            take = max(0, half - len(head))
+            head.extend(block[:take])
+            tail.extend(block[take:])
+            del tail[:-half]
+
+    reader = threading.Thread(target=drain, name="paw-agent-output", daemon=True)
+    reader.start()
+    timed_out = False
+    try:
+        control.call(lambda: process.wait(timeout), on_stop=lambda: kill_group(process.pid))
+    except subprocess.TimeoutExpired:
+        timed_out = True
+    except Stopped:
+        process.wait()
+        raise
+    finally:
+        kill_group(process.pid)  # whatever the command left behind in its group
+    process.wait()
+    reader.join(timeout=2)
+    omitted = total[0] - len(head) - len(tail)
+    marker = f"\n… [{omitted} bytes omitted] …\n".encode() if omitted > 0 else b""
+    text = bytes(head) + marker + bytes(tail)
+    return CommandResult(
+        exit_code=None if timed_out else process.returncode,
+        output=text.decode("utf-8", "replace"),
+        timed_out=timed_out,
+    )

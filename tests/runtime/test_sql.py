@@ -1,0 +1,243 @@
+"""run_sql on real databases: a SQLite file and the test PostgreSQL server, with writes
+behind the approval gate and reads forced read-only."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from sandboxes.runtime.sql import is_read_only
+from tests.runtime.driver import notifies
+from tests.support import worker_database_url
+
+
+def script(*responses, fallback="Fine."):
+    return {"api_key": "sk-runtime-test", "responses": list(responses), "fallback": fallback}
+
+
+def sql_call(query: str, datasource: str = "shop") -> dict:
+    return {
+        "tool_calls": [{"name": "run_sql", "arguments": {"datasource": datasource, "query": query}}]
+    }
+
+
+def datasource_env(slug: str, dialect: str, url: str) -> dict[str, str]:
+    return {
+        "PAW_DATASOURCES": json.dumps(
+            [
+                {
+                    "slug": slug,
+                    "name": "The shop",
+                    "dialect": dialect,
+                    "description": "orders and customers",
+                    "env": f"PAW_DATASOURCE_{slug.upper()}_URL",
+                }
+            ]
+        ),
+        f"PAW_DATASOURCE_{slug.upper()}_URL": url,
+    }
+
+
+def tool_results(model) -> list[str]:
+    return [m["content"] for m in model.requests[-1]["messages"] if m["role"] == "tool"]
+
+
+@pytest.mark.parametrize(
+    ("sql", "read"),
+    [
+        ("SELECT * FROM orders", True),
+        ("  with t as (select 1) select * from t;", True),
+        ("EXPLAIN SELECT 1", True),
+        ("select 'delete from x; drop table y' as text -- update", True),
+        ("SELECT 1; DROP TABLE orders", False),
+        ("DELETE FROM orders", False),
+        ("WITH gone AS (DELETE FROM orders RETURNING *) SELECT * FROM gone", False),
+        ("EXPLAIN ANALYZE DELETE FROM orders", False),
+        ("SELECT * INTO copy FROM orders", False),
+        ("SELECT * FROM orders FOR UPDATE", False),
+        ("PRAGMA journal_mode=WAL", False),
+        ("", False),
+    ],
+)
+def test_only_a_single_select_with_or_explain_counts_as_a_read(sql, read):
+    assert is_read_only(sql) is read
+
+
+@pytest.fixture
+def shop_sqlite(tmp_path: Path) -> Path:
+    path = tmp_path / "shop.sqlite3"
+    with sqlite3.connect(path) as connection:
+        connection.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY, day TEXT, total REAL)")
+        connection.executemany(
+            "INSERT INTO orders (day, total) VALUES (?, ?)",
+            [("Sat", 20.5), ("Sun", 31.0), ("Sun", 12.25)],
+        )
+    return path
+
+
+def count_sqlite(path: Path) -> int:
+    with sqlite3.connect(path) as connection:
+        return connection.execute("SELECT count(*) FROM orders").fetchone()[0]
+
+
+def test_sqlite_select_returns_a_table_and_the_model_knows_the_datasource(
+    start, model, shop_sqlite
+):
+    model.load(
+        script(sql_call("SELECT day, sum(total) AS total FROM orders GROUP BY day ORDER BY day"))
+    )
+    runtime = start("paw-agent", env=datasource_env("shop", "sqlite", f"sqlite:///{shop_sqlite}"))
+    runtime.ready()
+    lines = runtime.submit("totals by day")
+    assert tool_results(model) == [
+        "| day | total |\n|---|---|\n| Sat | 20.5 |\n| Sun | 43.25 |\n\n(2 rows)"
+    ]
+    assert notifies(lines, "ask") == []  # a read needs no approval
+    system = model.requests[0]["messages"][0]["content"]
+    assert "- shop: The shop (sqlite) — orders and customers" in system
+    assert "run_sql" in [t["function"]["name"] for t in model.requests[0]["tools"]]
+
+
+@pytest.mark.parametrize("approve", [True, False], ids=["approved", "declined"])
+def test_sqlite_write_needs_approval(start, model, shop_sqlite, approve):
+    model.load(script(sql_call("DELETE FROM orders WHERE day = 'Sun'")))
+    runtime = start("paw-agent", env=datasource_env("shop", "sqlite", f"sqlite:///{shop_sqlite}"))
+    runtime.ready()
+    runtime.send({"op": "submit", "prompt": "drop sunday", "run_id": "r1"})
+    ask = runtime.wait_for(lambda x: x.get("kind") == "ask")["data"]
+    assert ask["kind"] == "confirm"
+    assert ask["prompt"] == (
+        "run_sql on The shop (shop, sqlite) — this statement may change "
+        "data:\nDELETE FROM orders WHERE day = 'Sun'"
+    )
+    runtime.send(
+        {
+            "op": "answer",
+            "run_id": "r1",
+            "answers": ["yes" if approve else "no"],
+            "ask_id": ask["ask_id"],
+        }
+    )
+    runtime.run_lines("r1")
+    if approve:
+        assert tool_results(model) == ["statement executed; 2 rows changed"]
+        assert count_sqlite(shop_sqlite) == 1
+    else:
+        assert tool_results(model) == ["declined by the user"]
+        assert count_sqlite(shop_sqlite) == 3
+
+
+def test_sql_errors_go_back_to_the_model_and_code_never_sees_credentials(start, model, shop_sqlite):
+    code = (
+        "import os\nprint(sorted(k for k, v in os.environ.items() if k.startswith("
+        "('OPENAI', 'PAW_DATASOURCE')) or v == 'sk-runtime-test'), os.environ['MY_TOKEN'])"
+    )
+    model.load(
+        script(
+            sql_call("SELECT 1", datasource="nope"),
+            sql_call("SELECT * FROM missing_table"),
+            {"tool_calls": [{"name": "run_python", "arguments": {"code": code}}]},
+        )
+    )
+    env = {
+        **datasource_env("shop", "sqlite", f"sqlite:///{shop_sqlite}"),
+        "KEY_COPY": "sk-runtime-test",
+        "MY_TOKEN": "the user's own",
+    }
+    runtime = start("paw-agent", env=env)
+    runtime.ready()
+    lines = runtime.submit("oops", timeout=120)
+    assert tool_results(model) == [
+        "error: no datasource 'nope'; the datasources are: shop",
+        "error: SQLite error: no such table: missing_table",
+        # The code sees neither the provider key nor the datasource URLs, only the rest.
+        "[] the user's own",
+    ]
+    assert [t["ok"] for t in notifies(lines, "tool")] == [False, False, True]
+
+
+TABLE = "runtime_scratch_tips"  # in this session's own test database
+
+
+@pytest.fixture
+def scratch_table(django_db_setup, django_db_blocker) -> Iterator[str]:
+    """The test database's URL, with a scratch table ``runtime_scratch_tips`` of three rows
+    and a sequence ``runtime_scratch_tips_seq``, dropped afterwards."""
+    with django_db_blocker.unblock():
+        url = worker_database_url()
+    with psycopg.connect(url, autocommit=True) as connection:
+        connection.execute("DROP TABLE IF EXISTS runtime_scratch_tips")
+        connection.execute("DROP SEQUENCE IF EXISTS runtime_scratch_tips_seq")
+        connection.execute(
+            "CREATE TABLE runtime_scratch_tips (id serial PRIMARY KEY, day text, tip numeric)"
+        )
+        connection.execute("CREATE SEQUENCE runtime_scratch_tips_seq")
+        connection.execute(
+            "INSERT INTO runtime_scratch_tips (day, tip) VALUES "
+            "('Sat', 2.5), ('Sun', 3.5), ('Sun', 3.0)"
+        )
+    yield url
+    with psycopg.connect(url, autocommit=True) as connection:
+        connection.execute("DROP TABLE IF EXISTS runtime_scratch_tips")
+        connection.execute("DROP SEQUENCE IF EXISTS runtime_scratch_tips_seq")
+
+
+@pytest.mark.django_db  # makes pytest-django create the test database
+def test_postgresql_read_runs_read_only_and_write_runs_once_approved(start, model, scratch_table):
+    url = scratch_table
+    model.load(
+        script(
+            sql_call(
+                "SELECT day, avg(tip)::numeric(4,2) AS tip FROM runtime_scratch_tips "
+                "GROUP BY day ORDER BY day",
+                datasource="tips_db",
+            ),
+            # Looks like a read, but changes the sequence: the read-only transaction refuses it.
+            sql_call("SELECT nextval('runtime_scratch_tips_seq')", datasource="tips_db"),
+            sql_call(
+                "UPDATE runtime_scratch_tips SET tip = tip + 1 WHERE day = 'Sat'",
+                datasource="tips_db",
+            ),
+        )
+    )
+    runtime = start("paw-agent", env=datasource_env("tips_db", "postgresql", url))
+    runtime.ready()
+    runtime.send({"op": "submit", "prompt": "tips", "run_id": "r1"})
+    ask = runtime.wait_for(lambda x: x.get("kind") == "ask")["data"]
+    assert ask["prompt"].endswith(
+        "\nUPDATE runtime_scratch_tips SET tip = tip + 1 WHERE day = 'Sat'"
+    )
+    runtime.send({"op": "answer", "run_id": "r1", "answers": ["y"], "ask_id": ask["ask_id"]})
+    runtime.run_lines("r1")
+    read, sneaky, write = tool_results(model)
+    assert read == "| day | tip |\n|---|---|\n| Sat | 2.50 |\n| Sun | 3.25 |\n\n(2 rows)"
+    assert sneaky.startswith("error: PostgreSQL error:") and "read-only transaction" in sneaky
+    assert write == "statement executed (UPDATE 1); 1 rows changed"
+    with psycopg.connect(url) as connection:
+        assert (
+            connection.execute("SELECT tip FROM runtime_scratch_tips WHERE day = 'Sat'").fetchone()[
+                0
+            ]
+            == 3.5
+        )
+        assert connection.execute(
+            "SELECT last_value, is_called FROM runtime_scratch_tips_seq"
+        ).fetchone() == (1, False)
+        assert connection.execute("SELECT count(*) FROM runtime_scratch_tips").fetchone()[0] == 3
+
+
+@pytest.mark.django_db
+def test_row_cap_on_postgresql(start, model, scratch_table):
+    url = scratch_table
+    model.load(script(sql_call("SELECT g FROM generate_series(1, 500) AS g", datasource="db")))
+    runtime = start("paw-agent", env=datasource_env("db", "postgresql", url))
+    runtime.ready()
+    runtime.submit("many rows")
+    (result,) = tool_results(model)
+    assert result.count("\n| ") == 200
+    assert result.endswith("(first 200 rows shown (row cap 200); more rows exist)")
