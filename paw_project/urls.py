@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 from django.urls import include, path, re_path
+from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from paw_project import health
@@ -17,9 +18,12 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("api/", include("secrets_vault.api.urls")),
     path("", include("conversations.urls")),
-    # Unknown API paths answer JSON, in DEBUG too.
-    re_path(r"^api/", not_found),
+    # Unknown API paths answer JSON, in DEBUG too, and for every method: exempt from the
+    # CSRF check, which would otherwise answer a POST to them first (with a 403).
+    re_path(r"^api/", csrf_exempt(not_found)),
 ]
 
+handler400 = "paw_project.exception_handlers.bad_request"
+handler403 = "paw_project.exception_handlers.permission_denied"
 handler404 = "paw_project.exception_handlers.not_found"
 handler500 = "paw_project.exception_handlers.server_error"
