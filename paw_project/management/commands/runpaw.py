@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import json
 import logging
 import os
 import signal
@@ -22,6 +23,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import IO
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -95,6 +97,27 @@ def lock_var_dir() -> int:
     os.ftruncate(fd, 0)
     os.write(fd, f"{os.getpid()}\n".encode())
     return fd
+
+
+def _relay_json(name: str, pipe: IO[bytes]) -> None:
+    """Copy a child's output to our stderr: JSON lines as they are, any other line as the
+    message of a ``paw.run.<name>`` log line (JSON too)."""
+    child_logger = logging.getLogger(f"paw.run.{name}")
+    for raw in iter(pipe.readline, b""):
+        line = raw.decode(errors="replace").rstrip("\n")
+        if not line.strip():
+            continue
+        if line.startswith("{"):
+            try:
+                json.loads(line)
+            except ValueError:
+                pass
+            else:
+                sys.stderr.write(line + "\n")
+                sys.stderr.flush()
+                continue
+        child_logger.info("%s", line)
+    pipe.close()
 
 
 def _arm_exit_watchdog(code: int) -> None:
@@ -206,10 +229,27 @@ class Command(BaseCommand):
         signal.signal(signal.SIGINT, request_stop)
         signal.signal(signal.SIGTERM, request_stop)
         failed: dict[str, int] = {}
+        relays: list[threading.Thread] = []
+        # With JSON logs the children's output passes through here, so that what they print
+        # outside logging (Celery's "Warm shutdown", a crash's traceback) is JSON too.
+        output = (
+            {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT}
+            if settings.PAW_LOG_JSON
+            else {}
+        )
         try:
             for name, command in self._child_commands(host, port).items():
                 # Own sessions: a terminal's Ctrl-C reaches only us, and we stop each in turn.
-                children[name] = subprocess.Popen(command, start_new_session=True)
+                children[name] = subprocess.Popen(command, start_new_session=True, **output)
+                if settings.PAW_LOG_JSON:
+                    relay = threading.Thread(
+                        target=_relay_json,
+                        args=(name, children[name].stdout),
+                        name=f"relay-{name}",
+                        daemon=True,
+                    )
+                    relay.start()
+                    relays.append(relay)
             while not stopping:
                 failed = {
                     name: code
@@ -228,6 +268,8 @@ class Command(BaseCommand):
                     error=True,
                 )
             self._stop_children(children, grace)
+            for relay in relays:
+                relay.join(timeout=2)
         if failed:
             raise CommandError(f"PAW stopped because {', '.join(failed)} exited unexpectedly.")
 
