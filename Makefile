@@ -37,7 +37,8 @@ install-dev: $(VENV)/.installed-dev
 run: $(VENV)/.installed
 	@umask 077 && mkdir -p "$(PAW_VAR_DIR)" && \
 	if [ ! -s "$(SECRET_KEY_FILE)" ]; then \
-	  $(PY) -c "import secrets; print(secrets.token_urlsafe(50))" > "$(SECRET_KEY_FILE)" && \
+	  $(PY) -c "import secrets; print(secrets.token_urlsafe(50))" > "$(SECRET_KEY_FILE).new" && \
+	  mv "$(SECRET_KEY_FILE).new" "$(SECRET_KEY_FILE)" && \
 	  echo "Created a local secret key in $(SECRET_KEY_FILE) (keep it; set PAW_SECRET_KEY in production)."; \
 	fi && \
 	export PAW_VAR_DIR="$(PAW_VAR_DIR)" PAW_SECRET_KEY="$${PAW_SECRET_KEY:-$$(cat "$(SECRET_KEY_FILE)")}" && \
