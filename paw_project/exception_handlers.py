@@ -67,18 +67,24 @@ def error_body(exc: exceptions.APIException) -> dict[str, Any]:
 
 
 class PayloadTooLarge(exceptions.APIException):
+    """413: the body is over ``DATA_UPLOAD_MAX_MEMORY_SIZE``."""
+
     status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
     default_detail = "The request body is too large."
     default_code = "payload_too_large"
 
 
 class TooManyParts(exceptions.APIException):
+    """400: more form fields or files than Django accepts in one request."""
+
     status_code = status.HTTP_400_BAD_REQUEST
     default_detail = "The request has too many fields or files."
     default_code = "too_many_fields"
 
 
 class BadRequest(exceptions.APIException):
+    """400: any other request Django finds suspicious (its reason goes to the log only)."""
+
     status_code = status.HTTP_400_BAD_REQUEST
     default_detail = "Bad request."
     default_code = "bad_request"
