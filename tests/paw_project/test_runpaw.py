@@ -216,7 +216,11 @@ def test_redis_mode_exits_1_naming_a_child_that_exits_on_its_own(db):
     port = free_port()
     with redis_paw(port, f"runpaw-{os.getpid()}-{port}") as paw:
         wait_http(f"http://127.0.0.1:{port}/healthz", process=paw)
-        beat = _children_of(paw.pid)[-1]  # started last
+        [beat] = [
+            pid
+            for pid in _children_of(paw.pid)
+            if b"beat" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        ]
         os.kill(beat, signal.SIGKILL)
         assert paw.wait(timeout=40) == 1, output_of(paw)
     assert "beat exited (code -9); stopping the rest." in output_of(paw)
