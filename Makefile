@@ -11,28 +11,37 @@ PAW_TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/paw_test
 PAW_TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 export PAW_TEST_DATABASE_URL PAW_TEST_REDIS_URL
 
-.PHONY: run test install install-dev lint bench clean
+# Local state (SQLite file, secret key, beat schedule, workspaces); settings read the same.
+PAW_VAR_DIR ?= var
+SECRET_KEY_FILE := $(PAW_VAR_DIR)/secret_key
+
+.PHONY: run test install install-dev lint clean
 
 $(VENV)/.installed: pyproject.toml
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e .
+	@if [ -x $(PY) ]; then echo "Updating PAW in $(VENV)…"; \
+	else echo "Installing PAW into $(VENV) (first run takes about a minute)…"; $(PYTHON) -m venv $(VENV); fi
+	@$(PY) -m pip install --quiet --upgrade pip
+	@$(PY) -m pip install --quiet -e .
 	@touch $@
 
 $(VENV)/.installed-dev: $(VENV)/.installed
-	$(PY) -m pip install --quiet -e '.[dev]'
+	@echo "Installing the test tools into $(VENV)…"
+	@$(PY) -m pip install --quiet -e '.[dev]'
 	@touch $@
 
 install: $(VENV)/.installed
 install-dev: $(VENV)/.installed-dev
 
-var/secret_key:
-	@mkdir -p var
-	@umask 077 && $(PY) -c "import secrets; print(secrets.token_urlsafe(50))" > $@
-	@echo "Created a local secret key in $@ (keep it; set PAW_SECRET_KEY in production)."
-
-run: $(VENV)/.installed var/secret_key
-	@export PAW_SECRET_KEY="$${PAW_SECRET_KEY:-$$(cat var/secret_key)}" && \
+# umask 077: the key, the SQLite file and the workspaces are readable by this user only.
+# The key file is made on first start (and again if it is empty), then kept.
+run: $(VENV)/.installed
+	@umask 077 && mkdir -p "$(PAW_VAR_DIR)" && \
+	if [ ! -s "$(SECRET_KEY_FILE)" ]; then \
+	  $(PY) -c "import secrets; print(secrets.token_urlsafe(50))" > "$(SECRET_KEY_FILE).new" && \
+	  mv "$(SECRET_KEY_FILE).new" "$(SECRET_KEY_FILE)" && \
+	  echo "Created a local secret key in $(SECRET_KEY_FILE) (keep it; set PAW_SECRET_KEY in production)."; \
+	fi && \
+	export PAW_VAR_DIR="$(PAW_VAR_DIR)" PAW_SECRET_KEY="$${PAW_SECRET_KEY:-$$(cat "$(SECRET_KEY_FILE)")}" && \
 	$(PY) manage.py migrate --noinput && \
 	$(PY) manage.py ensure_admin && \
 	exec $(PY) manage.py runpaw

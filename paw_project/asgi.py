@@ -2,7 +2,8 @@
 
 Routing follows the Channels docs: ``AllowedHostsOriginValidator(AuthMiddlewareStack(
 URLRouter(...)))``, with a JWT middleware inside for integrations (``accounts.websocket``).
-The websocket routes are collected from ``conversations.routing``.
+The websocket routes are collected from ``conversations.routing``. Around it all, one
+access line per response or websocket connection (``paw_project.access_log``).
 """
 
 from __future__ import annotations
@@ -23,13 +24,16 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 
 from accounts.websocket import JwtAuthMiddleware  # noqa: E402
 from conversations.routing import websocket_urlpatterns  # noqa: E402
+from paw_project.access_log import AccessLogMiddleware  # noqa: E402
 from paw_project.asgi_limits import BodySizeLimitMiddleware  # noqa: E402
 
-application = ProtocolTypeRouter(
-    {
-        "http": BodySizeLimitMiddleware(django_asgi_app),
-        "websocket": AllowedHostsOriginValidator(
-            AuthMiddlewareStack(JwtAuthMiddleware(URLRouter(websocket_urlpatterns)))
-        ),
-    }
+application = AccessLogMiddleware(
+    ProtocolTypeRouter(
+        {
+            "http": BodySizeLimitMiddleware(django_asgi_app),
+            "websocket": AllowedHostsOriginValidator(
+                AuthMiddlewareStack(JwtAuthMiddleware(URLRouter(websocket_urlpatterns)))
+            ),
+        }
+    )
 )

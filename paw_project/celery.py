@@ -29,6 +29,18 @@ def _send_request_id(headers: dict[str, Any] | None = None, **_: Any) -> None:
         headers.setdefault(_REQUEST_ID_HEADER, request_id_var.get())
 
 
+@signals.setup_logging.connect
+def _configure_logging(**_: Any) -> None:
+    """Celery's worker and beat log exactly like the web process (``settings.LOGGING``:
+    request ids, ``PAW_LOG_JSON``). With a receiver here Celery adds no handler of its own
+    and leaves stdout alone."""
+    from django.conf import settings
+
+    from paw_project.logging import configure
+
+    configure(settings.LOGGING)
+
+
 @signals.worker_init.connect
 def _node_start(**_: Any) -> None:
     """Every worker process (standalone or embedded) is a sandbox node."""

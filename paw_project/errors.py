@@ -37,8 +37,10 @@ class DomainError(Exception):
         super().__init__(self.detail)
 
     def as_dict(self) -> dict[str, Any]:
-        """The error body: ``{"detail", "code", **extra}``."""
-        return {"detail": self.detail, "code": self.code, **self.extra}
+        """The error body: ``{"detail", "code", **extra}`` (``extra`` never replaces
+        ``detail`` or ``code``)."""
+        extra = {k: v for k, v in self.extra.items() if k not in ("detail", "code")}
+        return {"detail": self.detail, "code": self.code, **extra}
 
 
 class InvalidRequest(DomainError):

@@ -10,10 +10,15 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from django.conf import settings
-from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
-from django.http import HttpRequest, JsonResponse
-from django.views import defaults
+from django.core.exceptions import (
+    PermissionDenied,
+    RequestDataTooBig,
+    SuspiciousOperation,
+    TooManyFieldsSent,
+    TooManyFilesSent,
+)
+from django.http import Http404, HttpRequest, JsonResponse
+from django.views import csrf, defaults
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -61,31 +66,64 @@ def error_body(exc: exceptions.APIException) -> dict[str, Any]:
     return {"detail": _flatten(detail), "code": _first_code(exc.get_codes(), exc.default_code)}
 
 
+class PayloadTooLarge(exceptions.APIException):
+    """413: the body is over ``DATA_UPLOAD_MAX_MEMORY_SIZE``."""
+
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_detail = "The request body is too large."
+    default_code = "payload_too_large"
+
+
+class TooManyParts(exceptions.APIException):
+    """400: more form fields or files than Django accepts in one request."""
+
+    status_code = status.HTTP_400_BAD_REQUEST
+    default_detail = "The request has too many fields or files."
+    default_code = "too_many_fields"
+
+
+class BadRequest(exceptions.APIException):
+    """400: any other request Django finds suspicious (its reason goes to the log only)."""
+
+    status_code = status.HTTP_400_BAD_REQUEST
+    default_detail = "Bad request."
+    default_code = "bad_request"
+
+
+def _as_api_exception(exc: Exception) -> Exception:
+    """Django's own exceptions as the DRF exceptions they mean, with PAW's generic messages:
+    DRF would keep ``Http404``'s message, which names the model ("No Conversation
+    matches the given query.")."""
+    if isinstance(exc, Http404):
+        return exceptions.NotFound()
+    if isinstance(exc, PermissionDenied):
+        return exceptions.PermissionDenied()
+    if isinstance(exc, RequestDataTooBig):
+        return PayloadTooLarge()
+    if isinstance(exc, (TooManyFieldsSent, TooManyFilesSent)):
+        return TooManyParts()
+    if isinstance(exc, SuspiciousOperation):
+        return BadRequest()
+    return exc
+
+
 def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     """DRF exception handler: domain errors, DRF errors and unexpected errors, one shape.
 
     Status codes and headers (``Retry-After`` on 429, ``WWW-Authenticate`` on 401) are kept
-    from DRF's own handler. An unexpected exception is logged with its traceback and
-    answered ``500 {"detail": "Internal server error.", "code": "server_error"}``.
+    from DRF's own handler. Django's ``Http404``, ``PermissionDenied`` and suspicious
+    requests (too large: 413 ``payload_too_large``; too many fields or files: 400) get the
+    same shape. An unexpected exception is logged with its traceback and answered
+    ``500 {"detail": "Internal server error.", "code": "server_error"}``.
     """
+    if isinstance(exc, SuspiciousOperation):
+        logger.warning("suspicious API request: %s", exc)
+    exc = _as_api_exception(exc)
     if isinstance(exc, DomainError):
         response = Response(exc.as_dict(), status=exc.status_code)
         for name, value in exc.headers.items():
             response[name] = value
         return response
-
-    if isinstance(exc, RequestDataTooBig):
-        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-        return Response(
-            {"detail": f"The request body is larger than {limit} bytes.", "code": "body_too_large"},
-            status=status.HTTP_400_BAD_REQUEST,
-        )
-    if isinstance(exc, SuspiciousOperation):
-        # E.g. too many fields in a form body: the client's fault, a 400 and not a 500.
-        return Response(
-            {"detail": str(exc) or "Bad request.", "code": "bad_request"},
-            status=status.HTTP_400_BAD_REQUEST,
-        )
 
     response = drf_exception_handler(exc, context)
     if response is not None:
@@ -109,6 +147,35 @@ def not_found(request: HttpRequest, exception: Exception | None = None):
     if _is_api(request):
         return JsonResponse({"detail": "Not found.", "code": "not_found"}, status=404)
     return defaults.page_not_found(request, exception)
+
+
+def bad_request(request: HttpRequest, exception: Exception | None = None):
+    """``handler400`` (a bad ``Host`` header, a malformed body): JSON for ``/api/`` paths,
+    Django's page elsewhere."""
+    if _is_api(request):
+        return JsonResponse({"detail": "Bad request.", "code": "bad_request"}, status=400)
+    return defaults.bad_request(request, exception)
+
+
+def permission_denied(request: HttpRequest, exception: Exception | None = None):
+    """``handler403``: JSON for ``/api/`` paths, Django's page elsewhere."""
+    if _is_api(request):
+        return JsonResponse(
+            {"detail": "You do not have permission to perform this action.",
+             "code": "permission_denied"},
+            status=403,
+        )  # fmt: skip
+    return defaults.permission_denied(request, exception)
+
+
+def csrf_failure(request: HttpRequest, reason: str = ""):
+    """``CSRF_FAILURE_VIEW``: JSON for ``/api/`` paths (the same body DRF gives a failed
+    CSRF check under session authentication), Django's page elsewhere."""
+    if _is_api(request):
+        return JsonResponse(
+            {"detail": f"CSRF Failed: {reason}", "code": "permission_denied"}, status=403
+        )
+    return csrf.csrf_failure(request, reason)
 
 
 def server_error(request: HttpRequest):

@@ -36,16 +36,21 @@ def _path(name: str, default: Path) -> Path:
 DEBUG = env.bool("PAW_DEBUG", default=False)
 VAR_DIR = _path("PAW_VAR_DIR", BASE_DIR / "var")
 
-SECRET_KEY = env.str("PAW_SECRET_KEY", default="")
+_NEW_KEY = 'python -c "import secrets; print(secrets.token_urlsafe(50))"'
+SECRET_KEY = env.str("PAW_SECRET_KEY", default="").strip()
 if not SECRET_KEY:
     if not DEBUG:
         raise ImproperlyConfigured(
-            "PAW_SECRET_KEY is not set. Set it to a long random string "
-            '(python -c "import secrets; print(secrets.token_urlsafe(50))"), '
+            f"PAW_SECRET_KEY is not set. Set it to a long random string ({_NEW_KEY}), "
             "or set PAW_DEBUG=1 for a local development key. "
             "`make run` creates and keeps one under var/ for you."
         )
     SECRET_KEY = "paw-insecure-development-key-never-use-in-production"  # noqa: S105
+elif len(SECRET_KEY) < 32:
+    raise ImproperlyConfigured(
+        f"PAW_SECRET_KEY is too short ({len(SECRET_KEY)} characters): "
+        f"use at least 32 random characters, e.g. from {_NEW_KEY}."
+    )
 # Older keys, newest first after SECRET_KEY: sessions, tokens and encrypted fields made
 # under them stay readable during a key rotation (Django SECRET_KEY_FALLBACKS).
 SECRET_KEY_FALLBACKS = env.list("PAW_SECRET_KEY_FALLBACKS", default=[])
@@ -55,12 +60,26 @@ SECRET_KEY_FALLBACKS = env.list("PAW_SECRET_KEY_FALLBACKS", default=[])
 # and then runs `manage.py secrets_reencrypt`. Not a secret itself.
 SALT_KEY = env.list("PAW_SALT_KEYS", default=[]) or ["paw-secrets-vault"]
 
-ALLOWED_HOSTS = env.list("PAW_ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]"])
+ALLOWED_HOSTS = [
+    host.strip()
+    for host in env.list("PAW_ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]"])
+    if host.strip()
+]
+if not ALLOWED_HOSTS:
+    raise ImproperlyConfigured(
+        "PAW_ALLOWED_HOSTS is empty: list the host names PAW answers to, comma-separated "
+        "(e.g. paw.example.org), or unset it for localhost,127.0.0.1,[::1]."
+    )
 CSRF_TRUSTED_ORIGINS = env.list("PAW_CSRF_TRUSTED_ORIGINS", default=[])
 
 # The host and port `make run` serves on.
 PAW_HOST = env.str("PAW_HOST", default="127.0.0.1")
-PAW_PORT = env.int("PAW_PORT", default=8000)
+_port = env.str("PAW_PORT", default="8000").strip()
+if not (_port.isdigit() and 1 <= int(_port) <= 65535):
+    raise ImproperlyConfigured(
+        f"PAW_PORT={_port!r} is not a TCP port: use a number from 1 to 65535, e.g. PAW_PORT=8001."
+    )
+PAW_PORT = int(_port)
 
 # This worker node's name: its sandboxes are reached through the `sandbox.<node>` queue.
 PAW_NODE_NAME = env.str("PAW_NODE_NAME", default=socket.gethostname())
@@ -79,6 +98,7 @@ INSTALLED_APPS = [
     "rest_framework_simplejwt.token_blacklist",
     "drf_spectacular",
     "drf_spectacular_sidecar",  # Swagger UI served from the project, no CDN
+    "axes",
     "paw_project",
     "accounts",
     "conversations",
@@ -97,9 +117,12 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "axes.middleware.AxesMiddleware",  # last (django-axes docs): turns lockouts into 429
 ]
 
 ROOT_URLCONF = "paw_project.urls"
+# Under /api/ a failed CSRF check answers JSON like every other API error.
+CSRF_FAILURE_VIEW = "paw_project.exception_handlers.csrf_failure"
 ASGI_APPLICATION = "paw_project.asgi.application"
 
 TEMPLATES = [
@@ -122,9 +145,25 @@ PAW_WEB_THREADS = env.int("PAW_WEB_THREADS", default=4)
 
 # --- Database ---------------------------------------------------------------------------
 
-DATABASES = {
-    "default": env.db_url("PAW_DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'paw.sqlite3'}"),
-}
+_DATABASE_URL_HELP = (
+    "use postgres://USER:PASSWORD@HOST:5432/NAME, or unset it for the SQLite file under var/"
+)
+_database_url = env.str("PAW_DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'paw.sqlite3'}").strip()
+_scheme, _sep, _ = _database_url.partition("://")
+if not _sep or _scheme not in ("postgres", "postgresql", "pgsql", "sqlite"):
+    raise ImproperlyConfigured(
+        "PAW_DATABASE_URL is not a PostgreSQL or SQLite URL "
+        f"({'scheme ' + repr(_scheme) if _sep else 'no scheme://'}): {_DATABASE_URL_HELP}."
+    )
+try:
+    _database = environ.Env.db_url_config(_database_url)
+except ValueError as exc:  # e.g. a port that is not a number
+    raise ImproperlyConfigured(
+        f"PAW_DATABASE_URL is malformed ({exc}): {_DATABASE_URL_HELP}."
+    ) from None
+if not _database.get("NAME"):
+    raise ImproperlyConfigured(f"PAW_DATABASE_URL names no database: {_DATABASE_URL_HELP}.")
+DATABASES = {"default": _database}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # The file's folder must exist before the first connection (a fresh clone has no var/).
     Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
@@ -133,20 +172,24 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         {"timeout": 20, "transaction_mode": "IMMEDIATE", "init_command": "PRAGMA journal_mode=WAL;"}
     )
 else:
-    # Under ASGI every request has its own connection context: persistent connections
-    # (CONN_MAX_AGE) pile up one per concurrent request until PostgreSQL refuses more
-    # ("too many clients"), as Django's docs warn. psycopg's pool caps and reuses them.
-    PAW_DB_POOL_SIZE = env.int("PAW_DB_POOL_SIZE", default=20)
-    if PAW_DB_POOL_SIZE > 0:
-        DATABASES["default"]["CONN_MAX_AGE"] = 0  # a closed connection goes back to the pool
-        DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+    # Under ASGI every request runs in its own thread, and a persistent connection per
+    # thread piles up idle server connections. A pool per process bounds them instead:
+    # each request borrows a connection and returns it when it ends (CONN_MAX_AGE 0).
+    # 0 turns the pool off (e.g. behind PgBouncer); PAW_DB_CONN_MAX_AGE then applies.
+    PAW_DB_POOL_MAX_SIZE = env.int("PAW_DB_POOL_MAX_SIZE", default=20)
+    _options = DATABASES["default"].setdefault("OPTIONS", {})
+    _options.setdefault("connect_timeout", 5)
+    if PAW_DB_POOL_MAX_SIZE > 0:
+        _options["pool"] = {
             "min_size": 1,
-            "max_size": PAW_DB_POOL_SIZE,
-            "timeout": 10,  # seconds a thread waits for a free connection
+            "max_size": PAW_DB_POOL_MAX_SIZE,
+            # Seconds a request waits for a free connection before it fails.
+            "timeout": 10,
         }
+        DATABASES["default"]["CONN_MAX_AGE"] = 0
     else:
-        DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("PAW_DB_CONN_MAX_AGE", default=60))
-        DATABASES["default"].setdefault("CONN_HEALTH_CHECKS", True)
+        DATABASES["default"]["CONN_MAX_AGE"] = env.int("PAW_DB_CONN_MAX_AGE", default=0)
+    DATABASES["default"].setdefault("CONN_HEALTH_CHECKS", True)
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_USER_MODEL = "accounts.User"
@@ -164,8 +207,13 @@ LOGOUT_REDIRECT_URL = "/accounts/login/"
 
 # --- Redis: broker, channel layer, cache ------------------------------------------------
 
-REDIS_URL = env.str("PAW_REDIS_URL", default="")
+REDIS_URL = env.str("PAW_REDIS_URL", default="").strip()
 EMBEDDED = not REDIS_URL
+if REDIS_URL and not REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
+    raise ImproperlyConfigured(
+        f"PAW_REDIS_URL must start with redis://, rediss:// or unix:// (got {REDIS_URL.partition(':')[0]!r}), "
+        "e.g. redis://127.0.0.1:6379/0; leave it empty for the embedded mode."
+    )
 
 if EMBEDDED:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
@@ -269,7 +317,7 @@ REST_FRAMEWORK = {
     # JSON and form bodies are bounded by DATA_UPLOAD_MAX_MEMORY_SIZE (DRF reads them through
     # request.body); multipart only where a view accepts files.
     "DEFAULT_PARSER_CLASSES": [
-        "rest_framework.parsers.JSONParser",
+        "paw_project.parsers.JSONParser",  # deep nesting is a 400, not a 500
         "rest_framework.parsers.FormParser",
     ],
     "DEFAULT_SCHEMA_CLASS": "paw_project.schema.PawAutoSchema",
@@ -342,6 +390,25 @@ SESSION_COOKIE_SECURE = env.bool("PAW_SECURE_COOKIES", default=False)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 if env.bool("PAW_BEHIND_HTTPS_PROXY", default=False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# For deployments served over HTTPS only (off by default: `make run` is plain HTTP).
+SECURE_HSTS_SECONDS = env.int("PAW_SECURE_HSTS_SECONDS", default=0)
+SECURE_SSL_REDIRECT = env.bool("PAW_SECURE_SSL_REDIRECT", default=False)
+# Orchestrators probe over plain HTTP inside the cluster.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]
+
+# Login throttling (django-axes): after PAW_LOGIN_FAILURE_LIMIT failed logins for one
+# username from one IP address, that pair is locked out for PAW_LOGIN_COOLOFF_MINUTES.
+# Applies to the admin login and to every authenticate() given the request (JWT too).
+AXES_FAILURE_LIMIT = env.int("PAW_LOGIN_FAILURE_LIMIT", default=10)
+AXES_COOLOFF_TIME = timedelta(minutes=env.int("PAW_LOGIN_COOLOFF_MINUTES", default=15))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_DISABLE_ACCESS_LOG = True  # failures are recorded; successful logins are not
+AXES_LOCKOUT_CALLABLE = "paw_project.login_lockout.lockout_response"
+AUTHENTICATION_BACKENDS = [
+    "paw_project.login_lockout.LockoutBackend",  # first: refuses locked-out pairs
+    "django.contrib.auth.backends.ModelBackend",
+]
 
 # --- Internationalisation ---------------------------------------------------------------
 
@@ -353,8 +420,14 @@ USE_TZ = True
 # --- Logging ----------------------------------------------------------------------------
 
 PAW_LOG_JSON = env.bool("PAW_LOG_JSON", default=False)
-PAW_LOG_LEVEL = env.str("PAW_LOG_LEVEL", default="INFO").upper()
+PAW_LOG_LEVEL = env.str("PAW_LOG_LEVEL", default="INFO").strip().upper()
+if PAW_LOG_LEVEL not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+    raise ImproperlyConfigured(
+        f"PAW_LOG_LEVEL={PAW_LOG_LEVEL!r} is not a log level: use DEBUG, INFO, WARNING, ERROR or CRITICAL."
+    )
 
+# Also applied by Celery's processes (paw_project.celery), and it captures warnings.
+LOGGING_CONFIG = "paw_project.logging.configure"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -362,13 +435,15 @@ LOGGING = {
         "request_id": {"()": "paw_project.logging.RequestIdFilter"},
         # Replaces secret values handed to sandboxes by [secret:NAME] in every log line.
         "secrets": {"()": "secrets_vault.masking.SecretMaskingFilter"},
+        # Bad Host headers and the like: one WARNING line each, not an ERROR traceback.
+        "security_one_line": {"()": "paw_project.logging.SecurityOneLineFilter"},
     },
     "formatters": {
         "text": {
             "format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s",
         },
         "json": {
-            "()": "pythonjsonlogger.json.JsonFormatter",
+            "()": "paw_project.logging.JsonFormatter",
             "fmt": "%(asctime)s %(levelname)s %(name)s %(request_id)s %(message)s",
             "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger"},
         },
@@ -376,18 +451,19 @@ LOGGING = {
     "handlers": {
         "console": {
             "class": "logging.StreamHandler",
-            "filters": ["request_id", "secrets"],
+            "filters": ["request_id", "secrets", "security_one_line"],
             "formatter": "json" if PAW_LOG_JSON else "text",
         },
     },
     "root": {"handlers": ["console"], "level": PAW_LOG_LEVEL},
     "loggers": {
-        # Per-request access lines come from daphne; keep Django's own quieter.
+        # Access lines come from paw.access (paw_project.asgi); keep Django's own quieter.
         "django.request": {"level": "ERROR"},
         "django.server": {"level": "WARNING"},
         "daphne": {"level": "WARNING"},
         "celery": {"level": "WARNING"},
         "kombu": {"level": "WARNING"},
         "httpx": {"level": "WARNING"},
+        "axes": {"level": "WARNING"},  # failed logins and lockouts, not its chatter
     },
 }

@@ -25,5 +25,7 @@ urlpatterns = [
     re_path(r"^api/", csrf_exempt(not_found)),
 ]
 
+handler400 = "paw_project.exception_handlers.bad_request"
+handler403 = "paw_project.exception_handlers.permission_denied"
 handler404 = "paw_project.exception_handlers.not_found"
 handler500 = "paw_project.exception_handlers.server_error"

@@ -5,7 +5,8 @@ Tests run against real services: PostgreSQL (``PAW_TEST_DATABASE_URL``, default
 ``postgres://postgres@127.0.0.1:5432/paw_test``; pytest-django creates ``test_<name>``)
 and Redis (``PAW_TEST_REDIS_URL``, default ``redis://127.0.0.1:6379/15``, flushed at the
 start of the session). If either cannot be reached the session stops at once, saying how
-to start it. Files go to a temporary folder removed at the end.
+to start it (on the host and port of its URL). Files go to a temporary folder removed at
+the end.
 """
 
 from __future__ import annotations
@@ -35,8 +36,25 @@ os.environ.update(
 )
 os.environ.setdefault("PAW_SECRET_KEY", "paw-test-secret-key-not-for-production")
 
-START_POSTGRES = "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start"
-START_REDIS = 'redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no'
+_LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1", None)
+
+
+def _start_postgres_hint(host: str | None, port: int) -> str:
+    if host not in _LOCAL_HOSTS:
+        return f"Start the PostgreSQL server on {host}:{port}"
+    start = "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start"
+    return f"Start it with:  {start}" + (
+        f"  (its cluster must listen on port {port})" if port != 5432 else ""
+    )
+
+
+def _start_redis_hint(host: str | None, port: int) -> str:
+    if host not in _LOCAL_HOSTS:
+        return f"Start the Redis server on {host}:{port}"
+    return (
+        f"Start it with:  redis-server --daemonize yes --bind {host or '127.0.0.1'} "
+        f'--port {port} --save "" --appendonly no'
+    )
 
 
 def _check_postgres() -> str | None:
@@ -56,7 +74,7 @@ def _check_postgres() -> str | None:
     except psycopg.Error as exc:
         return (
             f"PostgreSQL is not reachable at {parts.hostname}:{parts.port or 5432} ({exc}).\n"
-            f"Start it with:  {START_POSTGRES}\n"
+            f"{_start_postgres_hint(parts.hostname, parts.port or 5432)}\n"
             "or point PAW_TEST_DATABASE_URL at a running server."
         )
     return None
@@ -65,6 +83,7 @@ def _check_postgres() -> str | None:
 def _check_redis() -> str | None:
     import redis
 
+    parts = urlsplit(TEST_REDIS_URL)
     try:
         client = redis.Redis.from_url(TEST_REDIS_URL, socket_connect_timeout=3)
         client.ping()
@@ -72,7 +91,7 @@ def _check_redis() -> str | None:
     except redis.RedisError as exc:
         return (
             f"Redis is not reachable at {TEST_REDIS_URL} ({exc}).\n"
-            f"Start it with:  {START_REDIS}\n"
+            f"{_start_redis_hint(parts.hostname, parts.port or 6379)}\n"
             "or point PAW_TEST_REDIS_URL at a running server."
         )
     return None

@@ -85,10 +85,14 @@ def output_of(process: subprocess.Popen) -> str:
     return process.log_path.read_text(errors="replace")
 
 
-def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes, dict[str, str]]:
-    """``(status, body, headers)`` of a GET, for any status."""
+def http_get(
+    url: str, timeout: float = 5.0, headers: dict[str, str] | None = None
+) -> tuple[int, bytes, dict[str, str]]:
+    """``(status, body, headers)`` of a GET (with the given request ``headers``), for any
+    status."""
+    request = urllib.request.Request(url, headers=headers or {})  # noqa: S310
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310
+        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
             return response.status, response.read(), dict(response.headers)
     except urllib.error.HTTPError as error:
         return error.code, error.read(), dict(error.headers)

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 from io import StringIO
 
 import pytest
 from django.contrib.auth import authenticate, get_user_model
 from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from tests.support import PYTHON, ROOT
 
 pytestmark = pytest.mark.django_db
 
@@ -34,3 +39,42 @@ def test_generates_and_prints_a_password_once_when_none_is_given(monkeypatch):
 def test_the_user_model_has_a_token_version():
     user = get_user_model().objects.create_user(username="ann", password="x-pass-123456")
     assert user.token_version == 0
+
+
+def test_an_empty_username_means_admin(monkeypatch):
+    monkeypatch.setenv("PAW_ADMIN_USERNAME", "  ")
+    monkeypatch.setenv("PAW_ADMIN_PASSWORD", "a-long-operator-password")
+    call_command("ensure_admin", stdout=StringIO())
+    assert get_user_model().objects.get(is_superuser=True).username == "admin"
+
+
+def test_a_weak_password_is_refused_with_the_validators_words(monkeypatch):
+    monkeypatch.setenv("PAW_ADMIN_PASSWORD", "1234")
+    with pytest.raises(CommandError) as refused:
+        call_command("ensure_admin", stdout=StringIO())
+    assert "PAW_ADMIN_PASSWORD is too weak: This password is too short." in str(refused.value)
+    assert not get_user_model().objects.exists()
+
+
+def test_a_non_admin_with_the_admins_name_is_reported_not_a_crash(monkeypatch):
+    get_user_model().objects.create_user(username="admin", password="x-pass-123456")
+    monkeypatch.setenv("PAW_ADMIN_PASSWORD", "a-long-operator-password")
+    with pytest.raises(
+        CommandError, match="A user named 'admin' exists but is not an administrator"
+    ):
+        call_command("ensure_admin", stdout=StringIO())
+
+
+def test_a_refusal_exits_non_zero_from_the_command_line(tmp_path):
+    env = {
+        **os.environ,
+        "PAW_REDIS_URL": "",
+        "PAW_DATABASE_URL": f"sqlite:///{tmp_path / 'paw.sqlite3'}",
+        "PAW_ADMIN_PASSWORD": "password",
+    }
+    subprocess.run([PYTHON, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
+    result = subprocess.run(
+        [PYTHON, "manage.py", "ensure_admin"], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 1
+    assert "This password is too common." in result.stderr

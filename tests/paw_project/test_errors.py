@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from django.test import override_settings
+from django.core.exceptions import PermissionDenied
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.http import Http404, HttpResponse
+from django.test import Client, override_settings
 from django.urls import path
 from rest_framework import serializers
 from rest_framework.permissions import AllowAny
@@ -11,7 +14,7 @@ from rest_framework.response import Response
 from rest_framework.throttling import AnonRateThrottle
 from rest_framework.views import APIView
 
-from paw_project.errors import BudgetExhausted, Conflict, NotFound
+from paw_project.errors import BudgetExhausted, Conflict, InvalidRequest, NotFound
 
 
 class EchoApi(APIView):
@@ -35,6 +38,15 @@ class DomainApi(APIView):
             raise NotFound("No such conversation.")
         if which == "conflict":
             raise Conflict("A run is already active.", code="run_active")
+        if which == "django-404":
+            # What get_object_or_404() / get_object() raise: the message names the model.
+            raise Http404("No Conversation matches the given query.")
+        if which == "django-403":
+            raise PermissionDenied("internal reason")
+        if which == "extra-clash":
+            raise InvalidRequest(
+                "Real detail.", code="real_code", extra={"detail": "x", "code": "y"}
+            )
         if which == "budget":
             raise BudgetExhausted(
                 "Monthly budget used up.",
@@ -42,6 +54,18 @@ class DomainApi(APIView):
                 headers={"X-Budget-Reset": "2026-12-01"},
             )
         raise RuntimeError("boom: an unexpected bug")
+
+
+class UploadApi(APIView):
+    permission_classes = (AllowAny,)
+
+    def post(self, request):
+        return Response({"fields": len(request.data), "files": len(request.FILES)})
+
+
+def plain_django_form(request):
+    """A view outside DRF, so Django's CSRF middleware checks its POSTs."""
+    return HttpResponse("ok")
 
 
 class PrivateApi(APIView):
@@ -67,6 +91,8 @@ urlpatterns = [
     path("api/domain/<str:which>", DomainApi.as_view()),
     path("api/private", PrivateApi.as_view()),
     path("api/throttled", ThrottledApi.as_view()),
+    path("api/upload", UploadApi.as_view()),
+    path("api/plain-form", plain_django_form),
 ]
 
 pytestmark = [pytest.mark.urls(__name__)]
@@ -151,3 +177,85 @@ def test_throttled_is_429_with_retry_after(client):
     assert response.status_code == 429
     assert response.json()["code"] == "throttled"
     assert int(response["Retry-After"]) > 0
+
+
+@pytest.mark.parametrize(
+    ("which", "status", "body"),
+    [
+        ("django-404", 404, {"detail": "Not found.", "code": "not_found"}),
+        (
+            "django-403",
+            403,
+            {
+                "detail": "You do not have permission to perform this action.",
+                "code": "permission_denied",
+            },
+        ),
+    ],
+)
+def test_djangos_own_404_and_403_in_an_api_view_have_the_shape_and_name_no_model(
+    client, which, status, body
+):
+    response = client.get(f"/api/domain/{which}")
+    assert response.status_code == status
+    assert response.json() == body
+
+
+def test_domain_error_extra_cannot_replace_detail_or_code(client):
+    response = client.get("/api/domain/extra-clash")
+    assert response.json() == {"detail": "Real detail.", "code": "real_code"}
+
+
+@override_settings(DATA_UPLOAD_MAX_MEMORY_SIZE=100)
+def test_a_too_large_body_is_413_payload_too_large(client):
+    response = client.post("/api/upload", {"text": "x" * 500})  # multipart
+    assert response.status_code == 413
+    assert response.json() == {
+        "detail": "The request body is too large.",
+        "code": "payload_too_large",
+    }
+
+
+@override_settings(DATA_UPLOAD_MAX_NUMBER_FIELDS=5)
+def test_too_many_fields_is_a_400(client):
+    response = client.post("/api/upload", {f"f{i}": "x" for i in range(20)})
+    assert response.status_code == 400
+    assert response.json()["code"] == "too_many_fields"
+
+
+@override_settings(DATA_UPLOAD_MAX_NUMBER_FILES=2)
+def test_too_many_files_is_a_400(client):
+    files = {f"file{i}": SimpleUploadedFile(f"f{i}.txt", b"x") for i in range(5)}
+    response = client.post("/api/upload", files)
+    assert response.status_code == 400
+    assert response.json()["code"] == "too_many_fields"
+
+
+def test_json_nested_too_deeply_is_a_400_parse_error(client):
+    body = "[" * 100_000 + "]" * 100_000
+    response = client.post("/api/echo", body, content_type="application/json")
+    assert response.status_code == 400
+    assert response.json()["code"] == "parse_error"
+
+
+@override_settings(ROOT_URLCONF="paw_project.urls")
+@pytest.mark.parametrize("method", ["post", "put", "patch", "delete"])
+def test_unknown_api_path_is_a_json_404_for_every_method_even_without_csrf_token(method):
+    response = getattr(Client(enforce_csrf_checks=True), method)("/api/no/such/thing")
+    assert response.status_code == 404
+    assert response.json() == {"detail": "Not found.", "code": "not_found"}
+
+
+def test_a_failed_csrf_check_under_api_answers_json():
+    response = Client(enforce_csrf_checks=True).post("/api/plain-form", {"a": "b"})
+    assert response.status_code == 403
+    body = response.json()
+    assert body["code"] == "permission_denied"
+    assert body["detail"].startswith("CSRF Failed:")
+
+
+@override_settings(ROOT_URLCONF="paw_project.urls")
+def test_a_bad_host_under_api_is_a_json_400(client):
+    response = client.get("/api/conversations", HTTP_HOST="evil.example")
+    assert response.status_code == 400
+    assert response.json() == {"detail": "Bad request.", "code": "bad_request"}

@@ -1,16 +1,59 @@
-"""/healthz answers while the process serves; /readyz only when every dependency answers."""
+"""/healthz answers while the process serves; /readyz only when every dependency answers,
+always within a bounded time, and without telling anonymous callers more than what
+failed."""
 
 from __future__ import annotations
 
 import json
+import re
+import time
+from concurrent.futures import ThreadPoolExecutor
 
-from tests.support import PYTHON, child_process, free_port, http_get, wait_http
+import pytest
+
+from tests.support import (
+    PYTHON,
+    child_process,
+    free_port,
+    http_get,
+    output_of,
+    wait_http,
+    worker_database_url,
+)
+
+#: Seconds a probe may take before the test calls it hung (the checks stop at ~2 s).
+PROBE_LIMIT = 15.0
+
+
+def probe_concurrently(url: str, count: int) -> list[tuple[int, dict]]:
+    """``count`` simultaneous GETs of ``url``; each must answer within ``PROBE_LIMIT`` s."""
+
+    def probe(_: int) -> tuple[int, dict]:
+        status, body, _headers = http_get(url, timeout=PROBE_LIMIT)
+        return status, json.loads(body)
+
+    with ThreadPoolExecutor(max_workers=count) as pool:
+        return list(pool.map(probe, range(count)))
+
+
+def web_server(port: int, **env: str):
+    """The Redis-mode web process, as ``runpaw`` starts it."""
+    command = [PYTHON, "-m", "paw_project.web", "--host", "127.0.0.1", "--port", str(port)]
+    return child_process(command, env=env)
 
 
 def test_healthz_is_200_while_serving(client):
     response = client.get("/healthz")
     assert response.status_code == 200
     assert response.json() == {"status": "ok"}
+
+
+def test_probes_answer_405_to_a_post_not_a_csrf_403(client):
+    from django.test import Client
+
+    strict = Client(enforce_csrf_checks=True)
+    assert strict.post("/healthz").status_code == 405
+    assert strict.post("/readyz").status_code == 405
 
 
 def test_readyz_is_200_when_database_broker_layer_and_a_worker_answer(client, db, celery_worker):
@@ -22,8 +65,24 @@ def test_readyz_is_200_when_database_broker_layer_and_a_worker_answer(client, db
     }
 
 
-def test_readyz_is_503_naming_each_dependency_that_fails(tmp_path):
-    """A web process whose database and Redis are unreachable reports each failure."""
+@pytest.mark.slow
+def test_thirty_concurrent_probes_all_answer_and_a_later_probe_still_works(db, celery_worker):
+    """Each probe used to hold a broker pool connection while waiting for a second one:
+    ten at once exhausted the pool and every probe after hung for good."""
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    with web_server(port, PAW_DATABASE_URL=worker_database_url()) as web:
+        wait_http(f"{base}/healthz", process=web)
+        results = probe_concurrently(f"{base}/readyz", 30)
+        assert [status for status, _ in results] == [200] * 30, results
+        time.sleep(2)  # past the shared result: this probe runs the checks again
+        status, body, _ = http_get(f"{base}/readyz", timeout=PROBE_LIMIT)
+        assert status == 200, body
+
+
+def test_readyz_is_503_naming_each_failed_dependency_quickly_and_without_internals(tmp_path):
+    """A web process whose database and Redis are unreachable reports each failure by name
+    within a few seconds; why goes to its log, once per check, at WARNING."""
     dead = free_port()  # nothing listens here
     port = free_port()
     env = {
@@ -31,22 +90,26 @@ def test_readyz_is_503_naming_each_dependency_that_fails(tmp_path):
         "PAW_REDIS_URL": f"redis://127.0.0.1:{dead}/0",
         "PAW_VAR_DIR": str(tmp_path),
     }
-    command = [
-        PYTHON,
-        "-m",
-        "daphne",
-        "-b",
-        "127.0.0.1",
-        "-p",
-        str(port),
-        "paw_project.asgi:application",
-    ]
-    with child_process(command, env=env) as web:
+    with web_server(port, **env) as web:
         wait_http(f"http://127.0.0.1:{port}/healthz", process=web)
         assert http_get(f"http://127.0.0.1:{port}/healthz")[0] == 200
-        status, body, _ = http_get(f"http://127.0.0.1:{port}/readyz", timeout=30)
+        started = time.monotonic()
+        status, body, _ = http_get(f"http://127.0.0.1:{port}/readyz", timeout=PROBE_LIMIT)
+        elapsed = time.monotonic() - started
+        time.sleep(0.5)  # let the log lines reach the file
+        log = output_of(web)
     assert status == 503
-    result = json.loads(body)
-    assert result["status"] == "unavailable"
-    assert set(result["checks"]) == {"database", "broker", "channel_layer", "worker"}
-    assert all(value != "ok" for value in result["checks"].values()), result
+    assert json.loads(body) == {
+        "status": "unavailable",
+        "checks": {
+            "database": "unavailable",
+            "broker": "unavailable",
+            "channel_layer": "unavailable",
+            "worker": "unavailable",
+        },
+    }
+    assert elapsed < 5, f"/readyz took {elapsed:.1f} s during the outage"
+    for name in ("database", "broker", "channel_layer", "worker"):
+        failures = re.findall(rf"WARNING paw_project.health \[\w+\] readiness check {name}\b", log)
+        assert len(failures) == 1, log
+    assert "ERROR django.request" not in log, log

@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import signal
+import socket
 import subprocess
 import time
+from datetime import datetime
+from pathlib import Path
 
 import pytest
 from django.conf import settings
 
+from tests.paw_project.test_health import probe_concurrently
 from tests.support import (
     PYTHON,
     ROOT,
@@ -40,53 +46,182 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_embedded_mode_serves_health_readiness_and_admin_in_one_process(tmp_path):
-    port = free_port()
-    env = {
-        "PAW_REDIS_URL": "",
-        "PAW_DATABASE_URL": f"sqlite:///{tmp_path / 'paw.sqlite3'}",
-        "PAW_VAR_DIR": str(tmp_path),
-        "PAW_PORT": str(port),
-    }
+@pytest.fixture(scope="module")
+def migrated_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A migrated SQLite database to copy (migrating takes seconds; copying does not)."""
+    path = tmp_path_factory.mktemp("sqlite") / "paw.sqlite3"
     subprocess.run(
         [PYTHON, "manage.py", "migrate", "--noinput", "-v0"],
         cwd=ROOT,
-        env={**os.environ, **env},
+        env={**os.environ, **embedded_env(path.parent, path)},
         check=True,
         timeout=120,
     )
-    with child_process([PYTHON, "manage.py", "runpaw"], env=env, stop_signal=signal.SIGINT) as paw:
+    return path
+
+
+def embedded_env(var_dir: Path, database: Path, port: int | None = None) -> dict[str, str]:
+    env = {
+        "PAW_REDIS_URL": "",
+        "PAW_DATABASE_URL": f"sqlite:///{database}",
+        "PAW_VAR_DIR": str(var_dir),
+    }
+    if port is not None:
+        env["PAW_PORT"] = str(port)
+    return env
+
+
+def embedded_paw(tmp_path: Path, migrated_sqlite: Path, *, var_dir: Path | None = None):
+    """``runpaw`` in embedded mode on a copy of the migrated database; ``(process, port)``."""
+    database = tmp_path / "db" / "paw.sqlite3"
+    database.parent.mkdir(exist_ok=True)
+    shutil.copy(migrated_sqlite, database)
+    port = free_port()
+    env = embedded_env(var_dir or tmp_path / "var", database, port)
+    return child_process([PYTHON, "manage.py", "runpaw"], env=env, stop_signal=signal.SIGINT), port
+
+
+def test_embedded_mode_serves_health_readiness_and_admin_in_one_process(tmp_path, migrated_sqlite):
+    process, port = embedded_paw(tmp_path, migrated_sqlite)
+    with process as paw:
         base = f"http://127.0.0.1:{port}"
         wait_http(f"{base}/healthz", process=paw)
         status, body, _ = http_get(f"{base}/readyz", timeout=15)
         assert status == 200, body
         assert json.loads(body)["checks"]["worker"] == "ok"
+        # The worker is the thread next door: concurrent probes all see it (no broadcast
+        # ping whose replies some probes missed).
+        results = probe_concurrently(f"{base}/readyz", 30)
+        assert [status for status, _ in results] == [200] * 30, results
         status, body, _ = http_get(f"{base}/admin/login/")
         assert status == 200 and b"Django administration" in body
         assert http_get(f"{base}/static/admin/css/base.css")[0] == 200
         assert _children_of(paw.pid) == []  # everything runs in one process
         paw.send_signal(signal.SIGINT)
         assert paw.wait(timeout=30) == 0, output_of(paw)
-    assert "embedded" in output_of(paw)
-    assert f"http://localhost:{port}/" in output_of(paw)
+    output = output_of(paw)
+    assert "embedded" in output
+    assert f"http://127.0.0.1:{port}/" in output
+    assert re.search(r'INFO paw\.access \[\w{32}\] \S+ "GET /admin/login/ HTTP/1.1" 200 ', output)
+    assert output.rstrip().endswith("PAW stopped."), output
+
+
+def test_a_second_embedded_paw_on_the_same_var_dir_refuses_to_start(tmp_path, migrated_sqlite):
+    process, port = embedded_paw(tmp_path, migrated_sqlite)
+    with process as first:
+        wait_http(f"http://127.0.0.1:{port}/healthz", process=first)
+        second = subprocess.run(
+            [PYTHON, "manage.py", "runpaw", "--port", str(free_port())],
+            cwd=ROOT,
+            env={**os.environ, **embedded_env(tmp_path / "var", tmp_path / "db" / "paw.sqlite3")},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert second.returncode == 1, second
+        assert f"Another PAW (pid {first.pid}) is already running" in second.stderr
+        assert http_get(f"http://127.0.0.1:{port}/healthz")[0] == 200  # the first goes on
+
+
+def test_embedded_paw_stops_even_when_its_var_dir_disappeared(tmp_path, migrated_sqlite):
+    """Beat cannot save its schedule then; stopping used to wait for it forever."""
+    process, port = embedded_paw(tmp_path, migrated_sqlite)
+    with process as paw:
+        wait_http(f"http://127.0.0.1:{port}/healthz", process=paw)
+        shutil.rmtree(tmp_path / "var")
+        paw.send_signal(signal.SIGINT)
+        assert paw.wait(timeout=45) == 0, output_of(paw)
+    assert output_of(paw).rstrip().endswith("PAW stopped.")
+
+
+def test_a_port_in_use_is_refused_at_once_with_exit_code_1(tmp_path):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = subprocess.run(
+            [PYTHON, "manage.py", "runpaw"],
+            cwd=ROOT,
+            env={**os.environ, **embedded_env(tmp_path, tmp_path / "paw.sqlite3", port)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert result.returncode == 1, result
+    assert f"Port {port} on 127.0.0.1 is already in use" in result.stderr
+    assert "PAW_PORT=" in result.stderr
+    assert "PAW is starting" not in result.stdout  # refused before starting anything
+
+
+@pytest.mark.parametrize("value", ["0", "70000", "eighty"])
+def test_an_invalid_paw_port_is_refused_clearly(tmp_path, value):
+    env = {**embedded_env(tmp_path, tmp_path / "paw.sqlite3"), "PAW_PORT": value}
+    result = subprocess.run(
+        [PYTHON, "manage.py", "runpaw"],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode != 0
+    assert f"PAW_PORT='{value}' is not a TCP port: use a number from 1 to 65535" in result.stderr
+
+
+def redis_paw(port: int, node: str, **env: str):
+    env = {
+        "PAW_PORT": str(port),
+        "PAW_NODE_NAME": node,
+        "PAW_DATABASE_URL": worker_database_url(),
+        **env,
+    }
+    command = [PYTHON, "manage.py", "runpaw", "--grace", "20"]
+    return child_process(command, env=env, stop_signal=signal.SIGINT)
 
 
 def test_redis_mode_runs_web_worker_and_beat_as_children_and_stops_them(db):
+    """With PAW_LOG_JSON=1 every line any of the processes writes is JSON."""
     from paw_project.celery import app
 
     port = free_port()
     node = f"runpaw-{os.getpid()}-{port}"
-    env = {"PAW_PORT": str(port), "PAW_NODE_NAME": node, "PAW_DATABASE_URL": worker_database_url()}
-    with child_process(
-        [PYTHON, "manage.py", "runpaw", "--grace", "20"], env=env, stop_signal=signal.SIGINT
-    ) as paw:
-        wait_http(f"http://127.0.0.1:{port}/healthz", process=paw)
+    base = f"http://127.0.0.1:{port}"
+    with redis_paw(port, node, PAW_LOG_JSON="1") as paw:
+        wait_http(f"{base}/healthz", process=paw)
         deadline = time.monotonic() + 60
         while not app.control.ping(destination=[f"paw@{node}"], timeout=0.5):
             assert time.monotonic() < deadline, output_of(paw)
         children = _children_of(paw.pid)
         assert len(children) == 3, output_of(paw)
+        assert http_get(f"{base}/healthz", headers={"X-Request-ID": "json-1"})[0] == 200
+        status, body, _ = http_get(f"{base}/api/x", headers={"Host": "evil.example"})
+        assert (status, json.loads(body)["code"]) == (400, "bad_request")
         paw.send_signal(signal.SIGINT)
         assert paw.wait(timeout=40) == 0, output_of(paw)
     assert [pid for pid in children if _alive(pid)] == []
     assert node != settings.PAW_NODE_NAME
+
+    lines = [json.loads(line) for line in output_of(paw).splitlines() if line.strip()]
+    for line in lines:
+        assert datetime.fromisoformat(line["time"]).utcoffset() is not None, line
+    access = [line for line in lines if line["logger"] == "paw.access"]
+    assert any(a["path"] == "/healthz" and a["request_id"] == "json-1" for a in access), access
+    disallowed = [line for line in lines if line["logger"] == "django.security.DisallowedHost"]
+    assert len(disallowed) == 1 and disallowed[0]["level"] == "WARNING", disallowed
+    assert "exc_info" not in disallowed[0]
+    assert lines[-1]["message"] == "PAW stopped."
+
+
+def test_redis_mode_exits_1_naming_a_child_that_exits_on_its_own(db):
+    port = free_port()
+    with redis_paw(port, f"runpaw-{os.getpid()}-{port}") as paw:
+        wait_http(f"http://127.0.0.1:{port}/healthz", process=paw)
+        [beat] = [
+            pid
+            for pid in _children_of(paw.pid)
+            if b"beat" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        ]
+        os.kill(beat, signal.SIGKILL)
+        assert paw.wait(timeout=40) == 1, output_of(paw)
+    assert "beat exited (code -9); stopping the rest." in output_of(paw)
+    assert "PAW stopped because beat exited unexpectedly." in output_of(paw)

@@ -6,6 +6,8 @@ import json
 import os
 import subprocess
 
+import pytest
+
 from tests.support import PYTHON, ROOT
 
 PRINT_SETTINGS = (
@@ -89,3 +91,63 @@ def test_celery_is_json_only_late_ack_prefetch_one_with_limits():
     from django.conf import settings
 
     assert conf.broker_transport_options["visibility_timeout"] > settings.PAW_RUN_TIMEOUT_SECONDS
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"PAW_SECRET_KEY": "   "}, "PAW_SECRET_KEY is not set."),
+        (
+            {"PAW_SECRET_KEY": "short-key"},
+            "PAW_SECRET_KEY is too short (9 characters): use at least 32",
+        ),
+        (
+            {"PAW_DATABASE_URL": ""},
+            "PAW_DATABASE_URL is not a PostgreSQL or SQLite URL (no scheme://)",
+        ),
+        ({"PAW_DATABASE_URL": "nonsense"}, "PAW_DATABASE_URL is not a PostgreSQL or SQLite URL"),
+        ({"PAW_DATABASE_URL": "mysql://u:s3cr3t@db/paw"}, "(scheme 'mysql'): use postgres://"),
+        ({"PAW_DATABASE_URL": "postgres://u@db:port/paw"}, "PAW_DATABASE_URL is malformed"),
+        ({"PAW_DATABASE_URL": "postgres://u@db:5432/"}, "PAW_DATABASE_URL names no database"),
+        ({"PAW_LOG_LEVEL": "LOUD"}, "PAW_LOG_LEVEL='LOUD' is not a log level: use DEBUG, INFO"),
+        ({"PAW_ALLOWED_HOSTS": ""}, "PAW_ALLOWED_HOSTS is empty: list the host names"),
+        ({"PAW_ALLOWED_HOSTS": " , "}, "PAW_ALLOWED_HOSTS is empty"),
+        (
+            {"PAW_REDIS_URL": "127.0.0.1:6379"},
+            "PAW_REDIS_URL must start with redis://, rediss:// or unix://",
+        ),
+        ({"PAW_PORT": "65536"}, "PAW_PORT='65536' is not a TCP port"),
+    ],
+)
+def test_bad_settings_are_refused_with_one_line_saying_what_to_do(tmp_path, env, message):
+    base = {"PAW_SECRET_KEY": "k" * 50, "PAW_VAR_DIR": str(tmp_path)}
+    result = _django({**base, **env}, code="import paw_project.settings")
+    assert result.returncode != 0
+    error = result.stderr.strip().splitlines()[-1]
+    assert error.startswith("django.core.exceptions.ImproperlyConfigured: "), result.stderr
+    assert message in error
+    assert "s3cr3t" not in result.stderr  # a password in the URL is never echoed
+
+
+def test_postgres_uses_a_bounded_connection_pool(tmp_path):
+    code = (
+        "import json; from paw_project import settings as s; "
+        "print(json.dumps({k: s.DATABASES['default'][k] for k in ('CONN_MAX_AGE', 'OPTIONS')}))"
+    )
+    database = "postgres://postgres@127.0.0.1:5432/paw"
+    base = {"PAW_SECRET_KEY": "k" * 50, "PAW_VAR_DIR": str(tmp_path), "PAW_DATABASE_URL": database}
+    pooled = json.loads(_django({**base, "PAW_DB_POOL_MAX_SIZE": "7"}, code=code).stdout)
+    assert pooled["CONN_MAX_AGE"] == 0
+    assert pooled["OPTIONS"]["pool"]["max_size"] == 7
+    unpooled = json.loads(_django({**base, "PAW_DB_POOL_MAX_SIZE": "0"}, code=code).stdout)
+    assert "pool" not in unpooled["OPTIONS"]
+
+
+def test_https_settings_are_off_by_default_and_can_be_turned_on(tmp_path):
+    code = (
+        "from paw_project import settings as s; print(s.SECURE_HSTS_SECONDS, s.SECURE_SSL_REDIRECT)"
+    )
+    base = {"PAW_SECRET_KEY": "k" * 50, "PAW_VAR_DIR": str(tmp_path)}
+    assert _django(base, code=code).stdout.split() == ["0", "False"]
+    on = {**base, "PAW_SECURE_HSTS_SECONDS": "31536000", "PAW_SECURE_SSL_REDIRECT": "1"}
+    assert _django(on, code=code).stdout.split() == ["31536000", "True"]

@@ -1,23 +1,136 @@
 """``manage.py runpaw``: start the whole product (what ``make run`` calls after migrating).
 
 Embedded mode (``PAW_REDIS_URL`` empty): one process runs Daphne, a Celery worker thread
-on an in-memory broker, and Celery beat in a thread. With ``PAW_REDIS_URL`` set: Daphne,
-a Celery worker node and Celery beat run as child processes; Ctrl-C (or SIGTERM) stops
-them all, each given ``--grace`` seconds before it is killed.
+on an in-memory broker, and Celery beat in a thread; it holds a lock in ``PAW_VAR_DIR``
+so that a second instance on the same folder refuses to start. With ``PAW_REDIS_URL``
+set: the web server, a Celery worker node and Celery beat run as child processes; Ctrl-C
+(or SIGTERM) stops them all, each given ``--grace`` seconds before it is killed.
+
+Exits non-zero when PAW cannot start (the port is taken or invalid, the var folder is in
+use) or when a child process exits on its own (naming it).
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
+import json
+import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
+from typing import IO
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from paw_project.embedded import node_queues
+
+logger = logging.getLogger("paw.run")
+
+#: Seconds the process may take to exit after PAW stopped, before it is ended regardless
+#: (a thread stuck in a task or a request must not keep a stopped PAW alive).
+EXIT_WATCHDOG_SECONDS = 10.0
+
+
+def browser_url(host: str, port: int) -> str:
+    """The address to open in a browser for a server listening on ``host:port``."""
+    if host in ("", "0.0.0.0"):  # noqa: S104 - names every interface; loopback is one
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    if ":" in host:
+        host = f"[{host.strip('[]')}]"
+    return f"http://{host}:{port}/"
+
+
+def check_port(host: str, port: int) -> None:
+    """Raise :class:`CommandError` with a one-line reason unless a server could listen on
+    ``host:port`` now (checked by binding it, as Twisted will, with ``SO_REUSEADDR``)."""
+    if not 1 <= port <= 65535:
+        raise CommandError(f"Port {port} is not a TCP port: use 1 to 65535, e.g. PAW_PORT=8001.")
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host.strip("[]"), port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except socket.gaierror as exc:
+        raise CommandError(f"PAW_HOST={host!r} is not a usable address ({exc.strerror}).") from None
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(address)
+        except PermissionError:
+            raise CommandError(
+                f"Not allowed to listen on port {port} (below 1024 needs root): "
+                "pick another, e.g. PAW_PORT=8001 make run."
+            ) from None
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise CommandError(
+                    f"Port {port} on {host} is already in use (another PAW?): stop that server "
+                    f"or pick another port, e.g. PAW_PORT={port + 1 if port < 65535 else 8001} make run."
+                ) from None
+            raise CommandError(f"Cannot listen on {host}:{port}: {exc.strerror}.") from None
+
+
+def lock_var_dir() -> int:
+    """Take the embedded mode's lock on ``PAW_VAR_DIR`` (its SQLite file, beat schedule and
+    workspaces are one instance's). Returns the file descriptor, to keep open while running;
+    raises :class:`CommandError` when another process holds it."""
+    var_dir = settings.VAR_DIR
+    var_dir.mkdir(parents=True, exist_ok=True)
+    path = var_dir / "paw.lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        raise CommandError(
+            f"Another PAW (pid {holder}) is already running on {var_dir}: stop it first, "
+            "or give this one its own PAW_VAR_DIR."
+        ) from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
+
+
+def _relay_json(name: str, pipe: IO[bytes]) -> None:
+    """Copy a child's output to our stderr: JSON lines as they are, any other line as the
+    message of a ``paw.run.<name>`` log line (JSON too)."""
+    child_logger = logging.getLogger(f"paw.run.{name}")
+    for raw in iter(pipe.readline, b""):
+        line = raw.decode(errors="replace").rstrip("\n")
+        if not line.strip():
+            continue
+        if line.startswith("{"):
+            try:
+                json.loads(line)
+            except ValueError:
+                pass
+            else:
+                sys.stderr.write(line + "\n")
+                sys.stderr.flush()
+                continue
+        child_logger.info("%s", line)
+    pipe.close()
+
+
+def _arm_exit_watchdog(code: int) -> None:
+    """End the process with ``code`` if it is still alive ``EXIT_WATCHDOG_SECONDS`` from now."""
+
+    def end() -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+    timer = threading.Timer(EXIT_WATCHDOG_SECONDS, end)
+    timer.daemon = True
+    timer.start()
 
 
 class Command(BaseCommand):
@@ -30,82 +143,82 @@ class Command(BaseCommand):
             "--grace", type=float, default=30.0, help="seconds a child gets to stop (default 30)"
         )
 
+    def _say(self, message: str, *, error: bool = False) -> None:
+        """A line for the person at the terminal; a log line when logs are JSON."""
+        if settings.PAW_LOG_JSON:
+            logger.log(logging.ERROR if error else logging.INFO, message)
+        else:
+            (self.stderr if error else self.stdout).write(message)
+            (self.stderr if error else self.stdout).flush()
+
     def handle(self, *args, host: str, port: int, grace: float, **options) -> None:
-        url = f"http://{'localhost' if host in ('127.0.0.1', '0.0.0.0') else host}:{port}/"  # noqa: S104
+        try:
+            self._start(host, port, grace)
+        except CommandError as exc:
+            if not settings.PAW_LOG_JSON:
+                raise
+            logger.error("%s", exc)  # one JSON line, not Django's plain "CommandError: ..."
+            sys.exit(exc.returncode)
+
+    def _start(self, host: str, port: int, grace: float) -> None:
+        self._lock_fd = lock_var_dir() if settings.EMBEDDED else None
+        check_port(host, port)
+        url = browser_url(host, port)
         mode = "embedded (one process, no Redis)" if settings.EMBEDDED else "Redis"
-        self.stdout.write(
+        self._say(
             f"PAW is starting in {mode} mode.\n"
             f"  Open {url}  (admin: {url}admin/, API docs: {url}api/docs/)\n"
-            "  Stop with Ctrl-C.",
+            "  Stop with Ctrl-C."
         )
-        self.stdout.flush()
         if settings.EMBEDDED:
-            self._run_embedded(host, port)
+            self._run_embedded(host, port, grace)
         else:
             self._run_children(host, port, grace)
 
-    def _run_embedded(self, host: str, port: int) -> None:
-        from daphne.server import Server
-
-        from paw_project.asgi import application
+    def _run_embedded(self, host: str, port: int, grace: float) -> None:
         from paw_project.embedded import EmbeddedWorker
+        from paw_project.web import serve
 
         worker = EmbeddedWorker()
-        worker.start()
+        listened = interrupted = stopped = False
         try:
-            Server(
-                application=application,
-                endpoints=[f"tcp:port={port}:interface={host}"],
-                signal_handlers=True,
-                action_logger=None,
-            ).run()
+            worker.start()
+            listened = serve(host, port)
+        except KeyboardInterrupt:  # Ctrl-C before the server took over the signals
+            interrupted = True
         finally:
-            self.stdout.write("PAW is stopping…")
-            worker.stop()
+            self._say("PAW is stopping…")
+            # Stopping can take a while (running tasks, sandboxes): a second Ctrl-C ends
+            # the process at once.
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(signum, lambda *_: os._exit(130))
+            stopped = worker.stop(timeout=grace)
+            _arm_exit_watchdog(0 if (listened or interrupted) and stopped else 1)
+        if not listened and not interrupted:
+            raise CommandError(f"The web server could not listen on {host}:{port} (see above).")
+        if not stopped:
+            raise CommandError(f"PAW stopped, but its worker did not finish within {grace:.0f} s.")
+        self._say("PAW stopped.")
 
-    def _run_children(self, host: str, port: int, grace: float) -> None:
+    def _child_commands(self, host: str, port: int) -> dict[str, list[str]]:
         python = sys.executable
         node = settings.PAW_NODE_NAME
-        commands = {
-            "web": [
-                python,
-                "-m",
-                "daphne",
-                "-b",
-                host,
-                "-p",
-                str(port),
-                "paw_project.asgi:application",
-            ],
+        # With JSON logs, Celery's banners (plain text on stdout) are left out.
+        celery = [python, "-m", "celery", "-A", "paw_project"]
+        if settings.PAW_LOG_JSON:
+            celery.append("--quiet")
+        return {
+            "web": [python, "-m", "paw_project.web", "--host", host, "--port", str(port)],
             "worker": [
-                python,
-                "-m",
-                "celery",
-                "-A",
-                "paw_project",
-                "worker",
-                "--pool",
-                "threads",
-                "--concurrency",
-                str(settings.PAW_WORKER_CONCURRENCY),
-                "-n",
-                f"paw@{node}",
-                "-Q",
-                ",".join(node_queues(node)),
-                "--loglevel",
-                settings.PAW_LOG_LEVEL,
+                *celery, "worker", "--pool", "threads",
+                "--concurrency", str(settings.PAW_WORKER_CONCURRENCY),
+                "-n", f"paw@{node}", "-Q", ",".join(node_queues(node)),
+                "--loglevel", settings.PAW_LOG_LEVEL,
             ],
-            "beat": [
-                python,
-                "-m",
-                "celery",
-                "-A",
-                "paw_project",
-                "beat",
-                "--loglevel",
-                settings.PAW_LOG_LEVEL,
-            ],
-        }
+            "beat": [*celery, "beat", "--loglevel", settings.PAW_LOG_LEVEL],
+        }  # fmt: skip
+
+    def _run_children(self, host: str, port: int, grace: float) -> None:
         children: dict[str, subprocess.Popen] = {}
         stopping = False
 
@@ -115,24 +228,50 @@ class Command(BaseCommand):
 
         signal.signal(signal.SIGINT, request_stop)
         signal.signal(signal.SIGTERM, request_stop)
+        failed: dict[str, int] = {}
+        relays: list[threading.Thread] = []
+        # With JSON logs the children's output passes through here, so that what they print
+        # outside logging (Celery's "Warm shutdown", a crash's traceback) is JSON too.
+        output = (
+            {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT}
+            if settings.PAW_LOG_JSON
+            else {}
+        )
         try:
-            for name, command in commands.items():
+            for name, command in self._child_commands(host, port).items():
                 # Own sessions: a terminal's Ctrl-C reaches only us, and we stop each in turn.
-                children[name] = subprocess.Popen(command, start_new_session=True)
-            while not stopping:
-                exited = {
-                    name: child.poll()
-                    for name, child in children.items()
-                    if child.poll() is not None
-                }
-                if exited:
-                    self.stderr.write(
-                        f"PAW: {', '.join(exited)} exited ({exited}); stopping the rest."
+                children[name] = subprocess.Popen(command, start_new_session=True, **output)
+                if settings.PAW_LOG_JSON:
+                    relay = threading.Thread(
+                        target=_relay_json,
+                        args=(name, children[name].stdout),
+                        name=f"relay-{name}",
+                        daemon=True,
                     )
+                    relay.start()
+                    relays.append(relay)
+            while not stopping:
+                failed = {
+                    name: code
+                    for name, child in children.items()
+                    if (code := child.poll()) is not None
+                }
+                if failed:
                     break
                 time.sleep(0.5)
         finally:
+            if failed:
+                self._say(
+                    "PAW: "
+                    + ", ".join(f"{name} exited (code {code})" for name, code in failed.items())
+                    + "; stopping the rest.",
+                    error=True,
+                )
             self._stop_children(children, grace)
+            for relay in relays:
+                relay.join(timeout=2)
+        if failed:
+            raise CommandError(f"PAW stopped because {', '.join(failed)} exited unexpectedly.")
 
     def _stop_children(self, children: dict[str, subprocess.Popen], grace: float) -> None:
         for child in children.values():
@@ -143,7 +282,7 @@ class Command(BaseCommand):
             try:
                 child.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                self.stderr.write(f"PAW: {name} did not stop within {grace:.0f} s; killing it.")
+                self._say(f"PAW: {name} did not stop within {grace:.0f} s; killing it.", error=True)
                 os.killpg(child.pid, signal.SIGKILL)
                 child.wait()
-        self.stdout.write("PAW stopped.")
+        self._say("PAW stopped.")
