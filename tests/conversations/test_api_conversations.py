@@ -224,10 +224,10 @@ def test_fast_conversation_output_equals_drfs_generic_field_output(user):
 
 
 @override_settings(DATA_UPLOAD_MAX_MEMORY_SIZE=1000)
-def test_an_oversized_json_body_is_a_clear_400_and_creates_nothing(api):
+def test_an_oversized_json_body_is_a_clear_413_and_creates_nothing(api):
     response = api.post("/api/conversations", {"title": "x" * 2000}, format="json")
-    assert response.status_code == 400
-    assert response.json()["code"] == "body_too_large"
+    assert response.status_code == 413
+    assert response.json()["code"] == "payload_too_large"
     assert not Conversation.objects.exists()
 
 
@@ -249,4 +249,4 @@ def test_too_many_form_fields_in_an_upload_is_a_400(api, conversation):
         content_type="multipart/form-data; boundary=b",
     )
     assert response.status_code == 400
-    assert response.json()["code"] == "bad_request"
+    assert response.json()["code"] == "too_many_fields"

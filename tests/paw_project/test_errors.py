@@ -9,6 +9,7 @@ from django.http import Http404, HttpResponse
 from django.test import Client, override_settings
 from django.urls import path
 from rest_framework import serializers
+from rest_framework.parsers import MultiPartParser
 from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.throttling import AnonRateThrottle
@@ -58,6 +59,7 @@ class DomainApi(APIView):
 
 class UploadApi(APIView):
     permission_classes = (AllowAny,)
+    parser_classes = (MultiPartParser,)  # multipart is accepted only where files are
 
     def post(self, request):
         return Response({"fields": len(request.data), "files": len(request.FILES)})
