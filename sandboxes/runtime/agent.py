@@ -28,7 +28,7 @@ from sandboxes.runtime.kernel_client import PythonKernel
 from sandboxes.runtime.model import Completion, ModelClient, ModelError, estimate_tokens
 from sandboxes.runtime.protocol import RunStream
 from sandboxes.runtime.sql import load_datasources
-from sandboxes.runtime.tools import Toolbox, ToolContext, display_args
+from sandboxes.runtime.tools import GATED, Toolbox, ToolContext, display_args
 from sandboxes.runtime.workspace import PRIVATE_DIR, Workspace
 
 APPROVE = {"y", "yes", "true", "1"}  # PROTOCOL.md: a confirm's first answer approves
@@ -295,6 +295,32 @@ class Run:
         self.usage["estimated"] = bool(self.usage["estimated"] or completion.estimated)
         self.stream.notify("usage", dict(self.usage))
 
+    def _call_context(self, call: Any, context: ToolContext) -> ToolContext:
+        """The context one tool call runs with. Its ``tool_calls`` and ``tool_running``
+        lines are written right before it acts: for an approval-gated tool, only once its
+        confirm was approved (a host may stop a runtime whose ``tool_calls`` names a gated
+        tool without an approved confirm before it), and not at all when it is declined."""
+        announced = False
+
+        def announce() -> None:
+            nonlocal announced
+            if not announced:
+                announced = True
+                self.stream.notify(
+                    "tool_calls", [{"name": call.name, "args": display_args(call.arguments)}]
+                )
+                self.stream.notify("tool_running", call.name)
+
+        def confirm(prompt: str) -> bool:
+            approved = context.confirm(prompt)
+            if approved:
+                announce()
+            return approved
+
+        if call.name not in GATED:
+            announce()
+        return ToolContext(control=context.control, confirm=confirm, ask=context.ask)
+
     def _on_retry(self, info: dict[str, Any]) -> None:
         self.stream.notify("retry", info)
 
@@ -342,17 +368,9 @@ class Run:
             tool_rounds += 1
             self.messages.append(assistant)
             self.stream.notify("tool_start", [c.name for c in completion.tool_calls])
-            self.stream.notify(
-                "tool_calls",
-                [
-                    {"name": c.name, "args": display_args(c.arguments)}
-                    for c in completion.tool_calls
-                ],
-            )
             for call in completion.tool_calls:
                 self.control.check()
-                self.stream.notify("tool_running", call.name)
-                outcome = toolbox.run(call.name, call.arguments, context)
+                outcome = toolbox.run(call.name, call.arguments, self._call_context(call, context))
                 self.stream.notify(
                     "tool", {"name": call.name, "ok": outcome.ok, "summary": outcome.summary}
                 )
