@@ -361,6 +361,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # Several models have a `status`: name each choice set after its model.
+    "ENUM_NAME_OVERRIDES": {
+        "RunStatusEnum": "conversations.models.Run.Status",
+        "ApprovalStatusEnum": "conversations.models.Approval.Status",
+    },
 }
 
 # --- Static files -----------------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from conversations.api import artifacts, conversations, events, files
+from conversations.api import approvals, artifacts, conversations, events, files, runs
 
 urlpatterns = [
     path("conversations", conversations.ConversationListApi.as_view(), name="api-conversations"),
@@ -51,5 +51,26 @@ urlpatterns = [
         "conversations/<uuid:conversation_id>/events",
         events.EventListApi.as_view(),
         name="api-events",
+    ),
+    path("conversations/<uuid:conversation_id>/runs", runs.RunListApi.as_view(), name="api-runs"),
+    path(
+        "conversations/<uuid:conversation_id>/runs/<uuid:run_id>",
+        runs.RunDetailApi.as_view(),
+        name="api-run",
+    ),
+    path(
+        "conversations/<uuid:conversation_id>/runs/<uuid:run_id>/cancel",
+        runs.RunCancelApi.as_view(),
+        name="api-run-cancel",
+    ),
+    path(
+        "conversations/<uuid:conversation_id>/approvals",
+        approvals.ApprovalListApi.as_view(),
+        name="api-approvals",
+    ),
+    path(
+        "approvals/<uuid:approval_id>/decision",
+        approvals.ApprovalDecisionApi.as_view(),
+        name="api-approval-decision",
     ),
 ]
