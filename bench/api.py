@@ -19,87 +19,12 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from stack import bench_env, bench_user_token, migrate, running, start_web
+
 PATH = "/api/conversations"
-
-
-def prepare(database_url: str, env: dict[str, str]) -> str:
-    """Create and migrate the database, the user and 10 conversations; return a token."""
-    import psycopg
-
-    name = database_url.rsplit("/", 1)[-1]
-    admin = psycopg.connect(database_url.rsplit("/", 1)[0] + "/postgres", autocommit=True)
-    with admin:
-        if not admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
-            admin.execute(f'CREATE DATABASE "{name}"')
-    subprocess.run(
-        [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],
-        cwd=ROOT,
-        env=env,
-        check=True,
-    )
-    script = (
-        "from accounts.models import User\n"
-        "from accounts.services import auth_token_pair_for\n"
-        "from conversations.models import Conversation\n"
-        "user, _ = User.objects.get_or_create(username='bench')\n"
-        "Conversation.objects.filter(user=user).delete()\n"
-        "for n in range(10):\n"
-        "    Conversation.objects.create(user=user, title=f'bench {n}')\n"
-        "print(auth_token_pair_for(user=user)['access'])\n"
-    )
-    out = subprocess.run(
-        [sys.executable, "manage.py", "shell", "-c", script],
-        cwd=ROOT,
-        env=env,
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    return out.stdout.strip().splitlines()[-1]
-
-
-def start_web(processes: int, env: dict[str, str]) -> tuple[list[subprocess.Popen], int]:
-    """Daphne processes sharing one listening socket on 127.0.0.1; (processes, port)."""
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(1024)
-    listener.set_inheritable(True)
-    port = listener.getsockname()[1]
-    fd = listener.fileno()
-    children = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "daphne",
-                "--fd",
-                str(fd),
-                "--proxy-headers",
-                "-v",
-                "0",
-                "paw_project.asgi:application",
-            ],
-            cwd=ROOT,
-            env=env,
-            pass_fds=(fd,),
-            stdout=subprocess.DEVNULL,
-            stderr=sys.stderr,
-            start_new_session=True,
-        )
-        for _ in range(processes)
-    ]
-    listener.close()  # the children hold it
-    return children, port
 
 
 async def one_connection(
@@ -179,40 +104,12 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    database_url = os.environ.get(
-        "PAW_BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/paw_bench"
-    )
-    var_dir = tempfile.mkdtemp(prefix="paw-bench-")
-    env = {
-        **os.environ,
-        "PAW_DATABASE_URL": database_url,
-        "PAW_REDIS_URL": os.environ.get("PAW_BENCH_REDIS_URL", "redis://127.0.0.1:6379/12"),
-        "PAW_SECRET_KEY": "paw-bench-secret-key-not-for-production",
-        "PAW_DEBUG": "0",
-        "PAW_VAR_DIR": var_dir,
-        "PAW_LOG_LEVEL": "WARNING",
-    }
-    token = prepare(database_url, env)
+    env = bench_env()
+    migrate(env)
+    token = bench_user_token(env, conversations=10)
     children, port = start_web(args.web_processes, env)
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or any(c.poll() is not None for c in children):
-                    raise SystemExit("Daphne did not start") from None
-                time.sleep(0.2)
+    with running(children):
         result = asyncio.run(load(port, token, args.clients, args.seconds, args.warmup, args.path))
-    finally:
-        for child in children:
-            child.terminate()
-        for child in children:
-            try:
-                child.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                child.kill()
     result.update(
         path=args.path,
         clients=args.clients,

@@ -95,15 +95,30 @@ class Anomaly:
 ParsedLine = Ready | ControlLine | RunLine | UnknownLine | Malformed | Anomaly
 
 
+def _without_nul(value: Any) -> Any:
+    """``value`` with every NUL character replaced by U+FFFD: PostgreSQL's ``jsonb`` and
+    ``text`` cannot hold NUL, and a line that cannot be stored would be lost."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, dict):
+        return {_without_nul(k): _without_nul(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_without_nul(item) for item in value]
+    return value
+
+
 def parse_line(text: str | bytes) -> ParsedLine:
-    """Parse one line (without its newline). Never raises."""
+    """Parse one line (without its newline). Never raises. NUL characters (raw or escaped
+    as ``\\u0000``) come out as U+FFFD."""
     if isinstance(text, bytes):
         text = text.decode("utf-8", errors="replace")
-    text = text.strip()
+    text = text.strip().replace("\x00", "\ufffd")
     try:
         obj = json.loads(text)
     except ValueError as exc:
         return Malformed(text=text[:4096], reason=f"not JSON: {exc}")
+    if "\\u0000" in text:
+        obj = _without_nul(obj)
     if not isinstance(obj, dict):
         return Malformed(text=text[:4096], reason="not a JSON object")
     line_type = obj.get("type")

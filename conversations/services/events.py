@@ -15,6 +15,7 @@ Live messages go to the channel-layer group ``conversation.<id>``:
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -58,11 +59,28 @@ def _cursor_block(conversation_id: UUID, count: int) -> int:
     return row[0]
 
 
-def events_append(*, conversation_id: UUID, drafts: Sequence[EventDraft]) -> list[RunEvent]:
+@dataclass(frozen=True, slots=True)
+class StoredEvent:
+    """An event as stored: what :func:`events_append` returns (lighter than a model
+    instance; the attributes :func:`event_message` reads are the same)."""
+
+    cursor: int
+    run_id: UUID | None
+    type: str
+    kind: str
+    payload: dict[str, Any]
+
+
+_COPY_COLUMNS = ("conversation_id", "run_id", "cursor", "type", "kind", "payload", "created_at")
+
+
+def events_append(*, conversation_id: UUID, drafts: Sequence[EventDraft]) -> list[StoredEvent]:
     """Store ``drafts`` as events of the conversation, in order, with new cursors.
 
-    Runs inside the caller's transaction (or its own). Returns the stored events.
-    Raises ``Conversation.DoesNotExist`` if the conversation is gone.
+    Runs inside the caller's transaction (or its own). On PostgreSQL the rows go in with
+    one ``COPY`` (the pipeline's hot path: the ORM's per-row cost dominated it); on SQLite
+    through the ORM. Returns the stored events. Raises ``Conversation.DoesNotExist`` if
+    the conversation is gone.
     """
     if not drafts:
         return []
@@ -71,22 +89,39 @@ def events_append(*, conversation_id: UUID, drafts: Sequence[EventDraft]) -> lis
         first = last - len(drafts) + 1
         now = timezone.now()
         events = [
-            RunEvent(
-                conversation_id=conversation_id,
-                run_id=draft.run_id,
-                cursor=first + index,
-                type=draft.type[:32],
-                kind=draft.kind[:64],
-                payload=draft.payload,
-                created_at=now,
+            StoredEvent(
+                first + index, draft.run_id, draft.type[:32], draft.kind[:64], draft.payload
             )
             for index, draft in enumerate(drafts)
         ]
-        RunEvent.objects.bulk_create(events)
+        if connection.vendor == "postgresql":
+            table = connection.ops.quote_name(RunEvent._meta.db_table)
+            with (
+                connection.cursor() as cursor,
+                cursor.cursor.copy(f"COPY {table} ({', '.join(_COPY_COLUMNS)}) FROM STDIN") as copy,
+            ):
+                for event in events:
+                    copy.write_row(
+                        (conversation_id, event.run_id, event.cursor, event.type, event.kind,
+                         json.dumps(event.payload, ensure_ascii=False), now)
+                    )  # fmt: skip
+        else:
+            RunEvent.objects.bulk_create(
+                RunEvent(
+                    conversation_id=conversation_id,
+                    run_id=e.run_id,
+                    cursor=e.cursor,
+                    type=e.type,
+                    kind=e.kind,
+                    payload=e.payload,
+                    created_at=now,
+                )
+                for e in events
+            )
     return events
 
 
-def event_message(event: RunEvent) -> dict[str, Any]:
+def event_message(event: RunEvent | StoredEvent) -> dict[str, Any]:
     """The client form of a stored event: ``{"cursor", "run_id", "event"}``."""
     return {
         "cursor": event.cursor,
@@ -95,7 +130,7 @@ def event_message(event: RunEvent) -> dict[str, Any]:
     }
 
 
-def events_publish(*, conversation_id: UUID, events: Sequence[RunEvent]) -> None:
+def events_publish(*, conversation_id: UUID, events: Sequence[RunEvent | StoredEvent]) -> None:
     """Send stored events to the conversation's live group (call after commit)."""
     if events:
         broadcast.group_send(
@@ -139,7 +174,7 @@ def run_status_publish(run: Run) -> None:
 
 def notice_append(
     *, conversation_id: UUID, run_id: UUID | None, code: str, message: str, level: str = "warning"
-) -> RunEvent:
+) -> StoredEvent:
     """Store and (after commit) publish a PAW notice event, e.g. "the agent restarted".
 
     Payload: ``{"type": "notice", "level", "code", "message"}``.

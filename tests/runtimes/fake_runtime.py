@@ -11,6 +11,8 @@ workspace) at start and again for every submit, so one worker serves every mode.
 - ``die``: on submit writes start and a delta, then exits with code 3 (stderr "boom").
 - ``flood N [DELAY]``: on submit writes N numbered deltas (DELAY seconds apart), then the
   result; a cancel ends it early with a cancelled result.
+- ``timed N [DELAY]``: like ``flood``, each delta ``"<n>@<epoch seconds when written> "``
+  (for latency benchmarks).
 - ``confirm`` / ``question``: asks (a confirm, or a question with options), waits for the
   answer, then writes it back as a delta and finishes; on ``confirm`` an approval is
   followed by a ``tool_calls`` line for ``shell`` (what a well-behaved runtime does).
@@ -108,16 +110,18 @@ def garbage(run_id: str) -> None:
     out({"seq": 2, "type": "mystery", "run_id": run_id, "x": 1})
     out({"seq": 5, "type": "delta", "text": "after a gap", "run_id": run_id})
     out({"seq": 6, "type": "delta", "text": "foreign", "run_id": "someone-else"})
+    out({"seq": 7, "type": "delta", "text": "nul\x00here", "run_id": run_id})
     sys.stdout.write("x" * (5 * 1024 * 1024) + "\n")
-    result(run_id, 8, "survived")
+    result(run_id, 9, "survived")
 
 
-def flood(run_id: str, count: int, delay: float) -> None:
+def flood(run_id: str, count: int, delay: float, *, timed: bool = False) -> None:
     for n in range(1, count + 1):
         if CANCELLED.is_set():
             result(run_id, n + 1, "", cancelled=True)
             return
-        out({"seq": n + 1, "type": "delta", "text": f"{n} ", "run_id": run_id})
+        text = f"{n}@{time.time():.6f} " if timed else f"{n} "
+        out({"seq": n + 1, "type": "delta", "text": text, "run_id": run_id})
         if delay:
             time.sleep(delay)
     result(run_id, count + 2, f"sent {count}")
@@ -162,8 +166,9 @@ def main() -> None:
             sys.stderr.write("boom\n")
             sys.stderr.flush()
             os._exit(3)
-        elif words[0] == "flood":
-            flood(run_id, int(words[1]), float(words[2]) if len(words) > 2 else 0.0)
+        elif words[0] in ("flood", "timed"):
+            delay = float(words[2]) if len(words) > 2 else 0.0
+            flood(run_id, int(words[1]), delay, timed=words[0] == "timed")
 
 
 if __name__ == "__main__":

@@ -69,6 +69,8 @@ def test_garbage_lines_are_kept_as_events_and_the_run_still_finishes(fake_worker
     ]
     assert malformed[3]["message"].endswith(" [cut]") and len(malformed[3]["message"]) < 5000
     assert ("mystery", "") in types  # unknown types are relayed, not dropped
+    # A NUL character (which PostgreSQL cannot store) does not cost the line.
+    assert "nul\ufffdhere" in [e.payload.get("text") for e in events]
     notices = [e.payload["message"] for e in events if e.type == "notice"]
     assert any("missing before seq 5" in n for n in notices)
     assert any("someone-else" in n for n in notices)

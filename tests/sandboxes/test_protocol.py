@@ -100,3 +100,11 @@ def test_unknown_ops_are_refused():
 
 def test_op_ids_are_unique():
     assert len({protocol.new_op_id("submit") for _ in range(100)}) == 100
+
+
+def test_nul_characters_escaped_or_raw_become_replacement_characters():
+    escaped = protocol.parse_line('{"type":"delta","text":"a\\u0000b","seq":1,"run_id":"r"}')
+    assert escaped.raw["text"] == "a\ufffdb"
+    raw = protocol.parse_line(b'{"type":"delta","text":"a\x00b","seq":1,"run_id":"r"}')
+    assert raw.raw["text"] == "a\ufffdb"
+    assert "\x00" not in protocol.parse_line(b"not json \x00 at all").text
