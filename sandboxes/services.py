@@ -170,15 +170,11 @@ def run_dispatch(*, run_id: uuid.UUID) -> None:
     if run is None:
         return
     try:
-        run = Run.objects.select_related("user", "conversation").get(id=run.id)
         spec = sandbox_spec_for(run)
         with node.pool.conversation_lock(run.conversation_id):
             sandbox = _sandbox_for(node, run, spec)
-            if Run.objects.filter(id=run.id, cancel_requested=True).exists():
-                run_services.run_finish(run_id=run.id, status=Run.Status.CANCELLED)
-                return
             sandbox.submit(run_id=run.id, prompt=run.prompt)
-            # A cancel that arrived while the run was being submitted.
+            # A cancel that arrived after the claim: its op found no run in the sandbox yet.
             if Run.objects.filter(id=run.id, cancel_requested=True).exists():
                 sandbox.send("cancel", run_id=str(run.id))
     except SandboxError as exc:

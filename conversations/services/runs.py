@@ -89,8 +89,10 @@ def run_start(
                 datasources=plan.datasources,
             )
             Conversation.objects.filter(id=conversation.id).update(last_activity_at=run.created_at)
-            run_status_publish(run)
+            # Hand the run to a worker first, then tell the tabs: the run's start waits on
+            # the first, nobody waits on the second.
             transaction.on_commit(lambda: run_enqueue(run_id=run.id))
+            run_status_publish(run)
     except IntegrityError:
         if Run.objects.filter(conversation=conversation, status__in=Run.ACTIVE_STATUSES).exists():
             raise Conflict(
@@ -132,10 +134,16 @@ def run_cancel(*, user: Any, conversation_id: UUID | str, run_id: UUID | str) ->
 
 
 def run_claim(*, run_id: UUID, node: str) -> Run | None:
-    """Move a ``queued`` run to ``starting`` on ``node``; ``None`` when it is no longer
-    queued (already claimed, cancelled, or gone): the caller then does nothing."""
+    """Move a ``queued`` run to ``starting`` on ``node`` (returned with its user and
+    conversation); ``None`` when it is no longer queued (already claimed, cancelled, or
+    gone): the caller then does nothing."""
     with transaction.atomic():
-        run = Run.objects.select_for_update().filter(id=run_id).first()
+        run = (
+            Run.objects.select_for_update(of=("self",))
+            .select_related("user", "conversation")
+            .filter(id=run_id)
+            .first()
+        )
         if run is None or run.status != Run.Status.QUEUED:
             return None
         run.status = Run.Status.STARTING
