@@ -179,7 +179,10 @@ def bwrap_prefix(workspace: Path) -> list[str]:
     args += ["--ro-bind-try", "/sys/devices/system/cpu", "/sys/devices/system/cpu"]
     for path in _python_paths():
         args += ["--ro-bind", str(path), str(path)]
-    args += ["--bind", str(workspace), str(workspace), "--chdir", str(workspace), "--"]
+    args += ["--bind", str(workspace), str(workspace)]
+    # The sandbox's own root (a tmpfs holding the mount points) read-only: only the
+    # workspace and /tmp (both mounts of their own) stay writable.
+    args += ["--remount-ro", "/", "--chdir", str(workspace), "--"]
     return args
 
 

@@ -83,6 +83,11 @@ def _cache_key(base_url: str, api_key: str) -> str:
     return _CACHE_PREFIX + digest
 
 
+def models_cache_forget(*, base_url: str, api_key: str) -> None:
+    """Drop the cached model list of an endpoint (the next :func:`models_list` asks it)."""
+    cache.delete(_cache_key(base_url, api_key))
+
+
 def models_list(*, base_url: str, api_key: str, known_models: list[str]) -> list[str]:
     """The model ids the endpoint at ``base_url`` lists (``GET {base_url}/models``), sorted.
 

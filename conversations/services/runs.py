@@ -18,6 +18,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from conversations.models import Conversation, Run
+from conversations.services.approvals import approvals_cancel_for_run
 from conversations.services.events import run_status_publish
 from paw_project.errors import Conflict, InvalidRequest, NotFound
 
@@ -207,4 +208,6 @@ def _finish(run: Run, *, status: str, errors: list[dict[str, str]]) -> None:
     run.errors = errors
     run.finished_at = timezone.now()
     run.save()
+    # A question nobody can answer any more is closed with the run.
+    approvals_cancel_for_run(run_id=run.id)
     run_status_publish(run)

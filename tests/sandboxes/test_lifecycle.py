@@ -300,3 +300,91 @@ def test_worker_sigterm_during_a_run_leaves_no_runtime_process_and_ends_the_run(
     assert run.status == Run.Status.ERROR
     assert run.errors[0]["code"] == "worker_stopped"
     assert Sandbox.objects.get(id=sandbox.id).state == Sandbox.State.STOPPED
+
+
+def test_a_model_change_between_runs_restarts_the_sandbox_with_the_history(
+    worker, runtime, scripted_model
+):
+    from secrets_vault.providers import models_cache_forget
+
+    scripted_model.load(
+        {"api_key": SCRIPTED_API_KEY, "models": ["scripted-model", "scripted-model-2"], "untooled": "Title",
+         "fallback": "Noted."}
+    )  # fmt: skip
+    models_cache_forget(base_url=scripted_model.base_url, api_key=SCRIPTED_API_KEY)
+    conversation = ConversationFactory()
+    first = run_start(
+        user=conversation.user,
+        conversation_id=conversation.id,
+        prompt="Remember: the colour is blue.",
+    )
+    assert wait_for(lambda: finished(first.id)).status == Run.Status.DONE
+    scripted_model.clear_log()
+    second = run_start(
+        user=conversation.user,
+        conversation_id=conversation.id,
+        prompt="Which colour?",
+        llm_model="scripted-model-2",
+    )
+    second = wait_for(lambda: finished(second.id))
+    assert second.status == Run.Status.DONE, second.errors
+    assert second.model == "scripted-model-2"
+    assert len(sandbox_pids(conversation)) == 2  # a new process for the new model
+    assert {entry["body"]["model"] for entry in scripted_model.log} == {"scripted-model-2"}
+    if runtime == PAW_AGENT:
+        assert model_saw(scripted_model, "Remember: the colour is blue.")
+    else:
+        assert RunEvent.objects.filter(
+            conversation=conversation, type="notice", kind="memory_lost"
+        ).exists()
+
+
+def test_the_reaper_closes_what_a_silent_node_left_behind_and_requeues_lost_runs(
+    worker, scripted_model
+):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from conversations.models import Approval
+    from sandboxes.models import WorkerNode
+    from sandboxes.services import nodes_reap
+
+    scripted_model.load(
+        {"api_key": SCRIPTED_API_KEY, "untooled": "Title", "fallback": "Recovered."}
+    )
+    long_ago = timezone.now() - timedelta(minutes=10)
+    WorkerNode.objects.create(name="lost-node", heartbeat_at=long_ago, started_at=long_ago)
+    stranded = ConversationFactory()
+    sandbox = Sandbox.objects.create(
+        conversation=stranded, node="lost-node", command="x", state="busy", pid=999999
+    )
+    running = Run.objects.create(
+        conversation=stranded, user=stranded.user, prompt="p", status="running", node="lost-node"
+    )
+    approval = Approval.objects.create(
+        conversation=stranded,
+        run=running,
+        kind="confirm",
+        prompt="rm",
+        expires_at=timezone.now() + timedelta(minutes=5),
+    )
+    waiting = ConversationFactory()
+    lost_task = Run.objects.create(conversation=waiting, user=waiting.user, prompt="Are you there?")
+    Run.objects.filter(id=lost_task.id).update(created_at=long_ago)  # its task was lost
+
+    counts = nodes_reap()
+
+    assert (
+        counts["nodes"] >= 1
+        and counts["sandboxes"] >= 1
+        and counts["runs"] >= 1
+        and counts["requeued"] >= 1
+    )
+    assert Sandbox.objects.get(id=sandbox.id).state == Sandbox.State.DEAD
+    running.refresh_from_db()
+    assert running.status == Run.Status.ERROR and running.errors[0]["code"] == "worker_lost"
+    assert Approval.objects.get(id=approval.id).status == Approval.Status.CANCELLED
+    assert WorkerNode.objects.get(name="lost-node").stopped_at is not None
+    recovered = wait_for(lambda: finished(lost_task.id), what="the requeued run")
+    assert recovered.status == Run.Status.DONE and recovered.answer.endswith("Recovered.")
