@@ -88,11 +88,11 @@ def budget_status(*, user_id: int, now: datetime | None = None) -> dict[str, Any
     start (UTC)."""
     now = now or timezone.now()
     limits = budget_limits(user_id=user_id)
-    start = month_start(now)
+    resets_at = next_month_start(now)
     return {
         "monthly_limit": limits.monthly,
-        "used_this_month": tokens_used(user_id=user_id, since=start),
-        "resets_at": next_month_start(now),
+        "used_this_month": tokens_used(user_id=user_id, since=month_start(now), until=resets_at),
+        "resets_at": resets_at,
         "run_limit": limits.run,
     }
 

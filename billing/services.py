@@ -105,9 +105,9 @@ def budget_check_start(*, user_id: int, now: datetime | None = None) -> None:
     if not limit:
         return
     now = now or timezone.now()
-    used = tokens_used(user_id=user_id, since=month_start(now))
+    resets_at = next_month_start(now)
+    used = tokens_used(user_id=user_id, since=month_start(now), until=resets_at)
     if used >= limit:
-        resets_at = next_month_start(now)
         raise BudgetExhausted(
             f"Your monthly token budget is used up ({used} of {limit} tokens); "
             f"it resets on {resets_at:%Y-%m-%d} (UTC).",
