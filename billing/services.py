@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.utils import timezone
 
 from billing.models import UsageEvent
@@ -124,6 +125,8 @@ class _RunBudget:
     month: datetime
     used_before: int  # tokens of the user's finished runs this month (this run excluded)
     loaded_at: float
+    tokens: int = 0  # the run's latest running total
+    seen_at: float = 0.0  # when its latest usage line was checked (monotonic)
 
 
 class RunBudgetGuard:
@@ -134,6 +137,10 @@ class RunBudgetGuard:
     Cheap on the hot path: a run's limits are loaded once, at its first usage line
     (three small queries); after that a check is arithmetic, plus one ledger sum every
     ``MONTHLY_REFRESH_SECONDS`` while a monthly limit applies.
+
+    The monthly check counts the user's finished runs (the ledger), the run itself, and
+    the running totals of the user's other runs going on on this node. Runs on other
+    nodes count once they end (within ``MONTHLY_REFRESH_SECONDS``).
     """
 
     def __init__(self) -> None:
@@ -148,6 +155,8 @@ class RunBudgetGuard:
         if budget is None:
             return None
         tokens = _count(usage.get("input")) + _count(usage.get("output"))
+        budget.tokens = tokens
+        budget.seen_at = time.monotonic()
         if budget.run_limit and tokens > budget.run_limit:
             return (
                 f"The run used {tokens} tokens, more than its budget of {budget.run_limit} "
@@ -155,7 +164,12 @@ class RunBudgetGuard:
             )
         if budget.monthly_limit:
             self._refresh(budget)
-            used = budget.used_before + tokens
+            others = sum(
+                other.tokens
+                for other_id, other in self._runs.items()
+                if other.user_id == budget.user_id and other_id != run_id
+            )
+            used = budget.used_before + others + tokens
             if used > budget.monthly_limit:
                 return (
                     f"Your monthly token budget of {budget.monthly_limit} tokens is used up "
@@ -165,8 +179,15 @@ class RunBudgetGuard:
         return None
 
     def forget(self, run_id: uuid.UUID) -> None:
-        """Drop what is cached for a run that ended."""
-        self._runs.pop(run_id, None)
+        """Drop what is cached for a run that ended. Its tokens move into the finished
+        usage of the user's other runs here (as the ledger will say at their next
+        refresh)."""
+        ended = self._runs.pop(run_id, None)
+        if ended is None:
+            return
+        for other in self._runs.values():
+            if other.user_id == ended.user_id:
+                other.used_before += ended.tokens
 
     def _budget(self, run_id: uuid.UUID) -> _RunBudget | None:
         budget = self._runs.get(run_id)
@@ -175,6 +196,7 @@ class RunBudgetGuard:
         user_id = Run.objects.filter(id=run_id).values_list("user_id", flat=True).first()
         if user_id is None:
             return None
+        self._evict_stale()
         limits = budget_limits(user_id=user_id)
         now = timezone.now()
         month = month_start(now)
@@ -188,6 +210,13 @@ class RunBudgetGuard:
         )
         self._runs[run_id] = budget
         return budget
+
+    def _evict_stale(self) -> None:
+        """Forget runs silent for longer than any run may last: they ended in a way the
+        pipeline did not see (a dropped batch), and must not count as going on."""
+        cutoff = time.monotonic() - settings.PAW_RUN_TIMEOUT_SECONDS - 60
+        for run_id in [r for r, b in self._runs.items() if b.seen_at < cutoff]:
+            del self._runs[run_id]
 
     @staticmethod
     def _refresh(budget: _RunBudget) -> None:

@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from billing.models import Budget
 from billing.selectors import budget_limits, budget_status, month_start, next_month_start
+from billing.services import RunBudgetGuard
 from conversations.models import Run
 from tests.billing.helpers import at, ledger_event
 from tests.conftest import SCRIPTED_API_KEY
@@ -114,3 +115,29 @@ def test_the_month_is_the_calendar_month_in_utc(user, settings):
     assert month_start(berlin) == at("2026-06-01T00:00:00")
     assert next_month_start(berlin) == at("2026-07-01T00:00:00")
     assert next_month_start(at("2026-12-31T23:59:59")) == at("2027-01-01T00:00:00")
+
+
+def test_the_run_guard_counts_the_users_other_runs_going_on(user, other_user, settings):
+    settings.PAW_BUDGET_MONTHLY_TOKENS = 1_000
+    settings.PAW_BUDGET_RUN_TOKENS = 700
+    ledger_event(user=user, input_tokens=100)
+    a, b = (
+        Run.objects.create(conversation=conversation_of(user), user=user, prompt="p")
+        for _ in range(2)
+    )
+    elsewhere = Run.objects.create(
+        conversation=conversation_of(other_user), user=other_user, prompt="p"
+    )
+    guard = RunBudgetGuard()
+    assert guard.check(run_id=a.id, usage={"input": 600, "output": 0}) is None
+    assert guard.check(run_id=elsewhere.id, usage={"input": 650, "output": 0}) is None
+    assert guard.check(run_id=b.id, usage={"input": 250, "output": 50}) is None  # 100+600+300
+    reason = guard.check(run_id=b.id, usage={"input": 250, "output": 51})  # one token past
+    assert reason and "monthly token budget of 1000 tokens" in reason and "(1001 tokens" in reason
+    # A run that ended stays counted (as the ledger will say) until the next refresh.
+    guard.forget(a.id)
+    assert guard.check(run_id=b.id, usage={"input": 250, "output": 51}) is not None
+    # The run budget: past it, not at it.
+    assert guard.check(run_id=elsewhere.id, usage={"input": 700, "output": 0}) is None
+    reason = guard.check(run_id=elsewhere.id, usage={"input": 700, "output": 1})
+    assert reason and "701 tokens" in reason and "700 tokens per run" in reason
