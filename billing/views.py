@@ -46,7 +46,7 @@ def usage_page(request: HttpRequest) -> HttpResponse:
         "budget": budget,
         "budget_left": max(budget["monthly_limit"] - budget["used_this_month"], 0),
         "budget_percent": (
-            min(100, round(100 * budget["used_this_month"] / budget["monthly_limit"]))
+            round(100 * budget["used_this_month"] / budget["monthly_limit"])
             if budget["monthly_limit"]
             else None
         ),

@@ -91,6 +91,7 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
+    "django.contrib.humanize",  # intcomma on the usage page
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "channels",

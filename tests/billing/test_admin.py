@@ -120,3 +120,25 @@ def test_a_users_budget_is_edited_on_the_user_page(admin_client_, user, settings
     refused = admin_client_.post(url, user_form(user, monthly_tokens="-1", run_tokens=""))
     assert refused.status_code == 200  # the form again, with the error
     assert budget_limits(user_id=user.pk).monthly == 0
+
+
+def test_a_new_user_can_be_added_with_a_budget(admin_client_):
+    assert admin_client_.get("/admin/accounts/user/add/").status_code == 200
+    response = admin_client_.post(
+        "/admin/accounts/user/add/",
+        {
+            "username": "newcomer",
+            "password1": "a sturdy passphrase 4711",
+            "password2": "a sturdy passphrase 4711",
+            "usable_password": "true",
+            "budget-TOTAL_FORMS": "1",
+            "budget-INITIAL_FORMS": "0",
+            "budget-MIN_NUM_FORMS": "0",
+            "budget-MAX_NUM_FORMS": "1",
+            "budget-0-monthly_tokens": "",
+            "budget-0-run_tokens": "5000",
+        },
+    )
+    assert response.status_code == 302, response.context and response.context["errors"]
+    newcomer = Budget.objects.get(user__username="newcomer")
+    assert (newcomer.monthly_tokens, newcomer.run_tokens) == (None, 5000)

@@ -51,7 +51,7 @@ def test_the_page_shows_the_month_against_the_budget_with_a_chart_and_models(
     html = response.content.decode()
     assert 'href="/static/paw/billing.css"' in html
     assert re.search(r'<meter id="budget-meter" min="0" max="10000" value="3000"', html)
-    assert "3000</strong> of" in html and "(30%)" in html
+    assert "3,000</strong> of" in html and "10,000</span> tokens used (30%)" in html
     # One bar per day of the month; today's (the only one with tokens) is the tallest.
     now = timezone.now()
     drawn = bars(response.content)
@@ -60,10 +60,10 @@ def test_the_page_shows_the_month_against_the_budget_with_a_chart_and_models(
     assert len(drawn) == days_in_month >= 28
     assert [b["height"] > 0 for b in drawn].count(True) == 1
     assert drawn[now.day - 1]["height"] == max(b["height"] for b in drawn)
-    assert f"{now:%Y-%m-%d}: 3000 tokens" in html
+    assert f"{now:%Y-%m-%d}: 3,000 tokens" in html
     models = re.findall(r'<th scope="row">(model-[a-z])</th>', html)
     assert models == ["model-a", "model-b"]
-    assert "model-z" not in html and "99999" not in html
+    assert "model-z" not in html and "99,999" not in html
 
 
 def test_an_earlier_month_can_be_shown(browser, user):
