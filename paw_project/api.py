@@ -92,9 +92,18 @@ class ValidationErrorSerializer(ErrorSerializer):
     )
 
 
+class BudgetExhaustedSerializer(ErrorSerializer):
+    """A 402 body (``budget_exhausted``): the error shape plus where the budget stands."""
+
+    used = serializers.IntegerField(help_text="Tokens used this month (UTC).")
+    limit = serializers.IntegerField(help_text="The monthly token budget.")
+    resets_at = serializers.DateTimeField(help_text="When the budget resets (UTC).")
+
+
 _DESCRIPTIONS = {
     400: "Invalid input (wrong type, unknown field, bad parameter).",
     401: "Not authenticated, or the token is invalid, expired or revoked.",
+    402: "The monthly token budget is used up (`budget_exhausted`).",
     403: "Not allowed (for a session: missing CSRF token).",
     404: "No such object for this user.",
     409: "Conflicts with the current state.",
@@ -103,13 +112,16 @@ _DESCRIPTIONS = {
 }
 
 
+_BODIES = {400: ValidationErrorSerializer, 402: BudgetExhaustedSerializer}
+
+
 def error_responses(*statuses: int) -> dict[int, OpenApiResponse]:
     """OpenAPI responses for ``statuses`` (plus 401, which every authenticated operation can
     answer), each with the error body. For ``extend_schema(responses={...})``."""
     wanted = sorted(set(statuses) | {401})
     return {
         status: OpenApiResponse(
-            response=ValidationErrorSerializer if status == 400 else ErrorSerializer,
+            response=_BODIES.get(status, ErrorSerializer),
             description=_DESCRIPTIONS.get(status, "Error."),
         )
         for status in wanted

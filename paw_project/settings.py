@@ -91,6 +91,7 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
+    "django.contrib.humanize",  # intcomma on the usage page
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "channels",
@@ -286,6 +287,17 @@ PAW_APPROVAL_REQUIRED_TOOLS = env.list(
     "PAW_APPROVAL_REQUIRED_TOOLS", default=["shell", "delete_file", "install_package"]
 )
 PAW_HISTORY_TURNS = env.int("PAW_HISTORY_TURNS", default=12)
+# Token budgets (input + output tokens), 0 = unlimited; each user's can be overridden in
+# the admin (billing.models.Budget). Monthly: per user per calendar month in UTC; a run
+# cannot start once it is used up (402) and a run that passes it is stopped. Per run: a
+# run that passes it is stopped (`budget_exceeded`).
+PAW_BUDGET_MONTHLY_TOKENS = env.int("PAW_BUDGET_MONTHLY_TOKENS", default=0)
+PAW_BUDGET_RUN_TOKENS = env.int("PAW_BUDGET_RUN_TOKENS", default=0)
+for _name in ("PAW_BUDGET_MONTHLY_TOKENS", "PAW_BUDGET_RUN_TOKENS"):
+    if globals()[_name] < 0:
+        raise ImproperlyConfigured(
+            f"{_name}={globals()[_name]} is negative: use a number of tokens, or 0 for unlimited."
+        )
 PAW_NODE_HEARTBEAT_SECONDS = env.float("PAW_NODE_HEARTBEAT_SECONDS", default=5.0)
 PAW_NODE_DEAD_SECONDS = env.int("PAW_NODE_DEAD_SECONDS", default=60)
 

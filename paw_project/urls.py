@@ -19,7 +19,9 @@ urlpatterns = [
     path("api/auth/", include("accounts.api.urls")),
     path("api/", include("conversations.api.urls")),
     path("api/", include("secrets_vault.api.urls")),
+    path("api/", include("billing.api.urls")),
     path("", include("conversations.urls")),
+    path("", include("billing.urls")),
     # Unknown API paths answer JSON, in DEBUG too, for every method (CSRF-exempt: it
     # changes nothing, and a CSRF refusal would answer an HTML page instead).
     re_path(r"^api/", csrf_exempt(not_found)),

@@ -13,8 +13,13 @@ submitted, never to the ``run_id`` the runtime writes):
 - ``start`` → the run is ``running``;
 - ``notify ask`` → an :class:`~conversations.models.Approval` (auto-approved at once when
   the conversation says so and it is a confirm);
-- ``result`` → the run is finished with its answer, errors, model and usage;
-- the process exiting → its run (if any) ends ``error`` "sandbox exited (code N)".
+- ``notify usage`` (running totals) → the run's budgets are checked
+  (:class:`~billing.services.RunBudgetGuard`); past one, the run is force-ended with
+  ``budget_exceeded``;
+- ``result`` → the run is finished with its answer, errors, model and usage (billed:
+  the larger of the result's totals and the last running totals);
+- the process exiting → its run (if any) ends ``error`` "sandbox exited (code N)", billed
+  for the last running totals it reported.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
+from billing.services import RunBudgetGuard, usage_merge, usage_normalize
 from conversations.models import Approval, Conversation, Run
 from conversations.services import approvals as approval_services
 from conversations.services import events as event_services
@@ -63,6 +69,8 @@ class _Effects:
     asks: list[tuple[SandboxProcess, uuid.UUID, dict[str, Any]]] = field(default_factory=list)
     results: list[tuple[SandboxProcess, uuid.UUID, dict[str, Any]]] = field(default_factory=list)
     gated: list[tuple[SandboxProcess, uuid.UUID, list[str]]] = field(default_factory=list)
+    # The latest running totals per run in the batch (only the last one needs a check).
+    usage: dict[uuid.UUID, tuple[SandboxProcess, dict[str, Any]]] = field(default_factory=dict)
 
 
 def _payload(entry: ReadEntry) -> tuple[str, str, dict[str, Any]]:
@@ -80,10 +88,6 @@ def _payload(entry: ReadEntry) -> tuple[str, str, dict[str, Any]]:
     return line.type, kind, line.raw
 
 
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
-
-
 def result_outcome(raw: dict[str, Any], forced: tuple[str, str] | None) -> dict[str, Any]:
     """The run's final state from a ``result`` line (PROTOCOL.md: the only source of truth
     for the outcome). ``forced`` is the host's own reason when it ended the run (timeout,
@@ -98,9 +102,7 @@ def result_outcome(raw: dict[str, Any], forced: tuple[str, str] | None) -> dict[
             )
         elif isinstance(item, str):
             errors.append(run_services.error_entry("unknown", item[:5000]))
-    usage_raw = raw.get("usage") if isinstance(raw.get("usage"), dict) else {}
-    usage = {key: _int(usage_raw.get(key)) for key in ("input", "output", "rounds")}
-    usage["estimated"] = bool(usage_raw.get("estimated", False))
+    usage = usage_normalize(raw.get("usage"))
     if forced is not None:
         status = Run.Status.ERROR
         errors = [run_services.error_entry(*forced)]
@@ -132,6 +134,7 @@ class EventPipeline:
         self._idle = threading.Event()
         self._idle.set()
         self._on_exit: list[Any] = []
+        self._budgets = RunBudgetGuard()  # used by the writer thread only
 
     def start(self) -> None:
         if self._thread is None or not self._thread.is_alive():
@@ -301,6 +304,8 @@ class EventPipeline:
             effects.results.append((sandbox, entry.run_id, payload))
         elif line.type == "notify" and line.kind == "ask" and isinstance(payload.get("data"), dict):
             effects.asks.append((sandbox, entry.run_id, payload["data"]))
+        elif line.type == "notify" and line.kind == "usage":
+            effects.usage[entry.run_id] = (sandbox, usage_normalize(payload.get("data")))
         elif (
             line.type == "notify"
             and line.kind == "tool_calls"
@@ -344,12 +349,32 @@ class EventPipeline:
                 transaction.on_commit(lambda s=sandbox, a=approval.id: _auto_approve(s, a))
         for sandbox, run_id, names in effects.gated:
             self._check_policy(sandbox, run_id, names)
+        ended = {run_id for _, run_id, _ in effects.results}
+        for run_id, (sandbox, usage) in effects.usage.items():
+            if run_id not in ended:
+                self._check_budget(sandbox, run_id, usage)
         for sandbox, run_id, raw in effects.results:
             outcome = result_outcome(raw, sandbox.forced_outcome.pop(run_id, None))
+            outcome["usage"] = usage_merge(outcome["usage"], sandbox.run_usage.pop(run_id, None))
+            self._budgets.forget(run_id)
             run_services.run_finish(run_id=run_id, **outcome)
             Sandbox.objects.filter(id=sandbox.sandbox_id, state=Sandbox.State.BUSY).update(
                 state=Sandbox.State.READY, last_active_at=now
             )
+
+    def _check_budget(
+        self, sandbox: SandboxProcess, run_id: uuid.UUID, usage: dict[str, Any]
+    ) -> None:
+        """Stop a run that went past its token budget (per run or monthly): a ``cancel``
+        after commit; the run then ends ``error`` ``budget_exceeded``, billed for what
+        it used. Cheap: the run's limits are cached (:class:`RunBudgetGuard`)."""
+        reason = self._budgets.check(run_id=run_id, usage=usage)
+        if reason is None or run_id in sandbox.forced_outcome:
+            return
+        logger.warning("run %s: token budget exceeded; stopping it", run_id)
+        transaction.on_commit(
+            lambda: sandbox.force_end(run_id, code="budget_exceeded", message=reason)
+        )
 
     @staticmethod
     def _check_policy(sandbox: SandboxProcess, run_id: uuid.UUID, names: list[str]) -> None:
@@ -408,6 +433,7 @@ class EventPipeline:
             )
             run_id = sandbox.current_run
             if run_id is not None:
+                self._budgets.forget(run_id)
                 forced = sandbox.forced_outcome.pop(run_id, None)
                 if forced is not None:
                     error_code, message = forced
@@ -420,6 +446,8 @@ class EventPipeline:
                     run_id=run_id,
                     status=Run.Status.ERROR,
                     errors=[run_services.error_entry(error_code, sandbox.mask_text(message))],
+                    # No result: billed for the last running totals the runtime reported.
+                    usage=sandbox.run_usage.pop(run_id, None),
                 )
                 sandbox.current_run = None
             elif state == Sandbox.State.DEAD:

@@ -91,6 +91,10 @@ class SandboxProcess:
         self.forced_at: float | None = None
         # Gated tool calls seen per run (each needs one approved confirm before it).
         self.gated_calls: dict[uuid.UUID, int] = {}
+        # The latest `notify usage` running totals per run, as the runtime wrote them
+        # (``{"input", "output", "rounds", "estimated"}``, unchecked): what a run that ends
+        # without a result (crash, kill, lost stdout) is billed for. Popped at its end.
+        self.run_usage: dict[uuid.UUID, dict[str, Any]] = {}
         self._stream_masker: StreamMasker | None = None
         self._ready = threading.Event()
         self._ready_error: str | None = None
@@ -358,7 +362,10 @@ class SandboxProcess:
                 entries.append(
                     ReadEntry(run_id=run_id, line=protocol.Anomaly(f"protocol: {problem}"))
                 )
-            if line.type == "result":
+            if line.type == "notify" and line.kind == "usage" and run_id is not None:
+                if isinstance(line.data, dict):
+                    self.run_usage[run_id] = dict(line.data)
+            elif line.type == "result":
                 self.current_run = None
         return entries
 

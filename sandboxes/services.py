@@ -340,7 +340,8 @@ def run_cancel_deliver(*, run_id: uuid.UUID) -> None:
         except SandboxError:
             pass
     if run.status == Run.Status.RUNNING or sandbox is None:
-        run_services.run_finish(run_id=run.id, status=Run.Status.CANCELLED)
+        usage = sandbox.run_usage.pop(run.id, None) if sandbox is not None else None
+        run_services.run_finish(run_id=run.id, status=Run.Status.CANCELLED, usage=usage)
     # A run still being dispatched sees cancel_requested itself.
 
 

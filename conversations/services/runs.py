@@ -17,7 +17,8 @@ from uuid import UUID
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from conversations.models import Conversation, Run
+from billing.services import budget_check_start, usage_normalize, usage_record
+from conversations.models import Conversation, Run, RunEvent
 from conversations.services.approvals import approvals_cancel_for_run
 from conversations.services.events import run_status_publish
 from paw_project.errors import Conflict, InvalidRequest, NotFound
@@ -72,6 +73,7 @@ def run_start(
         raise InvalidRequest(
             f"The prompt is longer than {MAX_PROMPT_CHARS} characters.", code="prompt_too_long"
         )
+    budget_check_start(user_id=user.pk)
     plan = run_plan(
         user=user,
         conversation=conversation,
@@ -176,11 +178,17 @@ def run_finish(
     model: str = "",
     usage: dict[str, Any] | None = None,
 ) -> Run | None:
-    """End a run (``done``, ``error`` or ``cancelled``) with its outcome and usage.
+    """End a run (``done``, ``error`` or ``cancelled``) with its outcome and usage, and
+    bill it (one ledger row, ``billing.services.usage_record``, in the same transaction).
+
+    ``usage``: ``{"input", "output", "rounds", "estimated"}`` (tokens, tokens, model
+    calls). Without it (the run ended without a ``result``: the sandbox died, the worker
+    was lost) the run is billed for the last running totals it reported (its latest
+    stored ``notify usage`` event), or zero.
 
     A run already finished is left as it is (returns it unchanged): the first finish
-    wins, which makes retries and races with the reaper harmless. Returns ``None`` when
-    the run does not exist.
+    wins, which makes retries and races with the reaper harmless and bills a run exactly
+    once. Returns ``None`` when the run does not exist.
     """
     with transaction.atomic():
         run = Run.objects.select_for_update().filter(id=run_id).first()
@@ -189,10 +197,20 @@ def run_finish(
         if model:
             run.model = model[:200]
         run.answer = answer
-        if usage is not None:
-            run.usage = usage
+        run.usage = usage_normalize(usage if usage is not None else _reported_usage(run.id))
         _finish(run, status=status, errors=list(errors))
     return run
+
+
+def _reported_usage(run_id: UUID) -> dict[str, Any] | None:
+    """The running totals of the run's latest stored ``notify usage`` line, if any."""
+    event = (
+        RunEvent.objects.filter(run_id=run_id, type="notify", kind="usage")
+        .order_by("-cursor")
+        .values_list("payload", flat=True)
+        .first()
+    )
+    return event.get("data") if isinstance(event, dict) else None
 
 
 def run_fail(*, run_id: UUID, code: str, message: str) -> Run | None:
@@ -201,13 +219,16 @@ def run_fail(*, run_id: UUID, code: str, message: str) -> Run | None:
 
 
 def _finish(run: Run, *, status: str, errors: list[dict[str, str]]) -> None:
-    """Write the final state of a locked, active run and publish it after commit."""
+    """Write the final state of a locked, active run, bill it, and publish it after
+    commit. The one place a run ends: every finished run has exactly one ledger row."""
     if status not in Run.FINISHED_STATUSES:
         raise ValueError(f"{status!r} is not a finished status")
     run.status = status
     run.errors = errors
     run.finished_at = timezone.now()
+    run.usage = usage_normalize(run.usage)
     run.save()
+    usage_record(run=run)
     # A question nobody can answer any more is closed with the run.
     approvals_cancel_for_run(run_id=run.id)
     run_status_publish(run)

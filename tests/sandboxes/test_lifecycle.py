@@ -331,7 +331,11 @@ def test_a_model_change_between_runs_restarts_the_sandbox_with_the_history(
     assert second.model == "scripted-model-2"
     assert len(sandbox_pids(conversation)) == 2  # a new process for the new model
     # (Other tests' sandboxes may still be talking to the shared model server: look at ours.)
-    ours = [e for e in scripted_model.log if "Which colour?" in json.dumps(e["body"].get("messages", []))]
+    ours = [
+        e
+        for e in scripted_model.log
+        if "Which colour?" in json.dumps(e["body"].get("messages", []))
+    ]
     assert ours and {entry["body"]["model"] for entry in ours} == {"scripted-model-2"}
     if runtime == PAW_AGENT:
         assert model_saw(scripted_model, "Remember: the colour is blue.")

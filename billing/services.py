@@ -1,0 +1,227 @@
+"""Billing rules: the ledger entry of each finished run, and the budgets that stop
+spending before it happens (at a run's start) and while it happens (during a run).
+
+Tokens are input + output tokens as the provider counted them. Budgets are
+``billing.selectors.budget_limits`` (per user, falling back to ``PAW_BUDGET_*``; 0 is
+unlimited); a month is a calendar month in UTC.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.utils import timezone
+
+from billing.models import UsageEvent
+from billing.selectors import (
+    budget_limits,
+    iso_utc,
+    month_start,
+    next_month_start,
+    tokens_used,
+)
+from conversations.models import Run
+from paw_project.errors import BudgetExhausted
+
+logger = logging.getLogger(__name__)
+
+#: Seconds a running run's view of "tokens used this month by the user's other runs" is
+#: reused before the ledger is summed again (runs of the same user that end meanwhile).
+MONTHLY_REFRESH_SECONDS = 10.0
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def usage_normalize(raw: Any) -> dict[str, Any]:
+    """A run's usage as PAW stores it, from what a runtime reported (untrusted: anything
+    but non-negative integers counts 0): ``{"input": int, "output": int, "rounds": int,
+    "estimated": bool}`` (tokens, tokens, model calls)."""
+    raw = raw if isinstance(raw, dict) else {}
+    usage: dict[str, Any] = {key: _count(raw.get(key)) for key in ("input", "output", "rounds")}
+    usage["estimated"] = bool(raw.get("estimated", False))
+    return usage
+
+
+def usage_merge(final: Any, running: Any) -> dict[str, Any]:
+    """The usage to bill when a run reports final totals (its ``result``) and PAW also
+    saw running totals (its last ``notify usage``): the larger count of each, so a result
+    that under-reports (a cancelled run may report only some rounds, or 0) is billed for
+    what the run was seen to use. ``estimated`` if either says so."""
+    final, running = usage_normalize(final), usage_normalize(running)
+    merged: dict[str, Any] = {
+        key: max(final[key], running[key]) for key in ("input", "output", "rounds")
+    }
+    merged["estimated"] = final["estimated"] or running["estimated"]
+    return merged
+
+
+def usage_record(*, run: Any) -> UsageEvent:
+    """Write the ledger row of a finished run (``run.usage`` = ``{"input", "output",
+    "rounds", "estimated"}``, tokens; missing keys count 0), attributed to its user,
+    conversation, provider and model.
+
+    Called by ``conversations.services.runs`` in the transaction that finishes the run,
+    under the run's row lock. Idempotent: a run already in the ledger keeps its row (the
+    unique ``run`` column makes "exactly one per run" hold even against a bug upstream).
+    """
+    usage = usage_normalize(run.usage)
+    event, created = UsageEvent.objects.get_or_create(
+        run_id=run.id,
+        defaults={
+            "user_id": run.user_id,
+            "conversation_id": run.conversation_id,
+            "run_status": run.status,
+            "provider": run.provider,
+            "model": run.model,
+            "input_tokens": usage["input"],
+            "output_tokens": usage["output"],
+            "rounds": usage["rounds"],
+            "estimated": usage["estimated"],
+            "created": run.finished_at or timezone.now(),
+        },
+    )
+    if not created:
+        logger.warning("run %s is already in the usage ledger; not billed again", run.id)
+    return event
+
+
+def budget_check_start(*, user_id: int, now: datetime | None = None) -> None:
+    """Refuse to start a run once the user's monthly budget is used up.
+
+    Raises :class:`BudgetExhausted` (402, ``budget_exhausted``) with ``extra``
+    ``{"used": int, "limit": int, "resets_at": "YYYY-MM-01T00:00:00Z"}`` (tokens; the
+    next month's start, UTC) when the tokens used this month are at or over the limit. A
+    user one token under it can start (the run itself is then stopped once it passes the
+    limit: :class:`RunBudgetGuard`). No query beyond the budget's when it is unlimited.
+    """
+    limit = budget_limits(user_id=user_id).monthly
+    if not limit:
+        return
+    now = now or timezone.now()
+    resets_at = next_month_start(now)
+    used = tokens_used(user_id=user_id, since=month_start(now), until=resets_at)
+    if used >= limit:
+        raise BudgetExhausted(
+            f"Your monthly token budget is used up ({used} of {limit} tokens); "
+            f"it resets on {resets_at:%Y-%m-%d} (UTC).",
+            code="budget_exhausted",
+            extra={"used": used, "limit": limit, "resets_at": iso_utc(resets_at)},
+        )
+
+
+@dataclass
+class _RunBudget:
+    user_id: int
+    run_limit: int
+    monthly_limit: int
+    month: datetime
+    used_before: int  # tokens of the user's finished runs this month (this run excluded)
+    loaded_at: float
+    tokens: int = 0  # the run's latest running total
+    seen_at: float = 0.0  # when its latest usage line was checked (monotonic)
+
+
+class RunBudgetGuard:
+    """Checks a running run's usage (the runtime's ``notify usage`` running totals)
+    against its budgets. One per node, used by the event pipeline's writer thread only
+    (not thread-safe).
+
+    Cheap on the hot path: a run's limits are loaded once, at its first usage line
+    (three small queries); after that a check is arithmetic, plus one ledger sum every
+    ``MONTHLY_REFRESH_SECONDS`` while a monthly limit applies.
+
+    The monthly check counts the user's finished runs (the ledger), the run itself, and
+    the running totals of the user's other runs going on on this node. Runs on other
+    nodes count once they end (within ``MONTHLY_REFRESH_SECONDS``).
+    """
+
+    def __init__(self) -> None:
+        self._runs: dict[uuid.UUID, _RunBudget] = {}
+
+    def check(self, *, run_id: uuid.UUID, usage: dict[str, Any]) -> str | None:
+        """``None`` while the run is within its budgets, else the reason to stop it (a
+        sentence for the person). ``usage``: ``{"input", "output", ...}`` running totals
+        (tokens). A run is stopped once it is *past* a limit: its tokens over the run
+        limit, or this month's tokens (its own included) over the monthly limit."""
+        budget = self._budget(run_id)
+        if budget is None:
+            return None
+        tokens = _count(usage.get("input")) + _count(usage.get("output"))
+        budget.tokens = tokens
+        budget.seen_at = time.monotonic()
+        if budget.run_limit and tokens > budget.run_limit:
+            return (
+                f"The run used {tokens} tokens, more than its budget of {budget.run_limit} "
+                "tokens per run, so PAW stopped it."
+            )
+        if budget.monthly_limit:
+            self._refresh(budget)
+            others = sum(
+                other.tokens
+                for other_id, other in self._runs.items()
+                if other.user_id == budget.user_id and other_id != run_id
+            )
+            used = budget.used_before + others + tokens
+            if used > budget.monthly_limit:
+                return (
+                    f"Your monthly token budget of {budget.monthly_limit} tokens is used up "
+                    f"({used} tokens this month), so PAW stopped the run; it resets on "
+                    f"{next_month_start(budget.month):%Y-%m-%d} (UTC)."
+                )
+        return None
+
+    def forget(self, run_id: uuid.UUID) -> None:
+        """Drop what is cached for a run that ended. Its tokens move into the finished
+        usage of the user's other runs here (as the ledger will say at their next
+        refresh)."""
+        ended = self._runs.pop(run_id, None)
+        if ended is None:
+            return
+        for other in self._runs.values():
+            if other.user_id == ended.user_id:
+                other.used_before += ended.tokens
+
+    def _budget(self, run_id: uuid.UUID) -> _RunBudget | None:
+        budget = self._runs.get(run_id)
+        if budget is not None:
+            return budget
+        user_id = Run.objects.filter(id=run_id).values_list("user_id", flat=True).first()
+        if user_id is None:
+            return None
+        self._evict_stale()
+        limits = budget_limits(user_id=user_id)
+        now = timezone.now()
+        month = month_start(now)
+        budget = _RunBudget(
+            user_id=user_id,
+            run_limit=limits.run,
+            monthly_limit=limits.monthly,
+            month=month,
+            used_before=tokens_used(user_id=user_id, since=month) if limits.monthly else 0,
+            loaded_at=time.monotonic(),
+        )
+        self._runs[run_id] = budget
+        return budget
+
+    def _evict_stale(self) -> None:
+        """Forget runs silent for longer than any run may last: they ended in a way the
+        pipeline did not see (a dropped batch), and must not count as going on."""
+        cutoff = time.monotonic() - settings.PAW_RUN_TIMEOUT_SECONDS - 60
+        for run_id in [r for r, b in self._runs.items() if b.seen_at < cutoff]:
+            del self._runs[run_id]
+
+    @staticmethod
+    def _refresh(budget: _RunBudget) -> None:
+        if time.monotonic() - budget.loaded_at < MONTHLY_REFRESH_SECONDS:
+            return
+        budget.month = month_start(timezone.now())
+        budget.used_before = tokens_used(user_id=budget.user_id, since=budget.month)
+        budget.loaded_at = time.monotonic()
