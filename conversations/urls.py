@@ -7,5 +7,6 @@ from django.urls import path
 from conversations import views
 
 urlpatterns = [
-    path("", views.home, name="home"),
+    path("", views.chat, name="home"),
+    path("c/<uuid:conversation_id>/", views.chat, name="chat"),
 ]

@@ -308,6 +308,15 @@ PAW_NODE_DEAD_SECONDS = env.int("PAW_NODE_DEAD_SECONDS", default=60)
 PAW_LLM_BASE_URL = env.str("PAW_LLM_BASE_URL", default="")
 PAW_LLM_API_KEY = env.str("PAW_LLM_API_KEY", default="")
 PAW_LLM_MODEL = env.str("PAW_LLM_MODEL", default="")
+# The offline demo: `make run` (manage.py runpaw) starts the project's scripted model with
+# its bundled demo script and offers it as provider `demo` ("Scripted demo"), listed after
+# every real provider. `auto`: in embedded mode only; `1`: also with Redis; `0`: never.
+PAW_DEMO = env.str("PAW_DEMO", default="auto").strip().lower()
+if PAW_DEMO not in ("auto", "1", "0"):
+    raise ImproperlyConfigured(f"PAW_DEMO={PAW_DEMO!r}: use auto, 1 or 0.")
+# Where the demo's scripted model listens (runpaw sets it for its own processes; point it
+# at a `python -m paw_project.scripted_model` server to offer one by hand). Empty: no demo.
+PAW_DEMO_BASE_URL = env.str("PAW_DEMO_BASE_URL", default="")
 # A provider's live model list (`GET /models`): how long to wait for it (seconds) and how
 # long to keep it in the cache (seconds). An unreachable provider falls back to its known
 # models, remembered for a tenth of that time so a dead endpoint does not slow every page.

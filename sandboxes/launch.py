@@ -19,6 +19,7 @@ import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import unquote
 
 from django.conf import settings
 
@@ -161,8 +162,43 @@ def resource_limits() -> list[str]:
     ]
 
 
-def bwrap_prefix(workspace: Path) -> list[str]:
-    """The bubblewrap command that jails the runtime (PAW_SANDBOX_ISOLATION=bwrap)."""
+def sqlite_datasource_binds(env: dict[str, str]) -> list[str]:
+    """bubblewrap options that make the run's SQLite datasources visible in the jail.
+
+    ``env`` is the sandbox environment (``PAW_DATASOURCES`` describes each datasource and
+    names its URL variable; a SQLite URL is ``sqlite:////abs/path?mode=ro``, see
+    ``secrets_vault.connections``). A read-only datasource's file is bound read-only (with
+    its ``-wal`` and ``-shm`` files when present, which SQLite reads too); a writable one
+    gets its folder bound read-write, because SQLite writes its journal next to the file.
+    Nothing else of the host is added. Returns ``[]`` when the run has no SQLite datasource.
+    """
+    try:
+        described = json.loads(env.get("PAW_DATASOURCES") or "[]")
+    except ValueError:
+        return []
+    binds: list[str] = []
+    for datasource in described if isinstance(described, list) else []:
+        if not isinstance(datasource, dict) or datasource.get("dialect") != "sqlite":
+            continue
+        url = env.get(str(datasource.get("env") or ""), "")
+        if not url.startswith("sqlite:///"):
+            continue
+        path = unquote(url[len("sqlite:///") :].split("?", 1)[0])
+        if not os.path.isabs(path):
+            continue
+        if datasource.get("read_only", True):
+            binds += ["--ro-bind-try", path, path]
+            for suffix in ("-wal", "-shm"):
+                binds += ["--ro-bind-try", path + suffix, path + suffix]
+        else:
+            folder = os.path.dirname(path)
+            binds += ["--bind-try", folder, folder]
+    return binds
+
+
+def bwrap_prefix(workspace: Path, env: dict[str, str] | None = None) -> list[str]:
+    """The bubblewrap command that jails the runtime (PAW_SANDBOX_ISOLATION=bwrap); ``env``
+    (the sandbox environment) adds the run's SQLite datasource files."""
     args = [
         "bwrap", "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc",
         "--unshare-uts", "--unshare-cgroup-try", "--cap-drop", "ALL", "--hostname", "sandbox",
@@ -179,6 +215,7 @@ def bwrap_prefix(workspace: Path) -> list[str]:
     args += ["--ro-bind-try", "/sys/devices/system/cpu", "/sys/devices/system/cpu"]
     for path in _python_paths():
         args += ["--ro-bind", str(path), str(path)]
+    args += sqlite_datasource_binds(env or {})
     args += ["--bind", str(workspace), str(workspace)]
     # The sandbox's own root (a tmpfs holding the mount points) read-only: only the
     # workspace and /tmp (both mounts of their own) stay writable.
@@ -214,5 +251,5 @@ def build_command(spec: SandboxSpec) -> list[str]:
     """The full argv: limits, then (maybe) bubblewrap, then the runtime with its flags."""
     argv = [*runtime_argv(), *runtime_flags(spec.workspace)]
     if isolation_mode() == "bwrap":
-        argv = [*bwrap_prefix(spec.workspace), *argv]
+        argv = [*bwrap_prefix(spec.workspace, spec.env), *argv]
     return [*resource_limits(), *argv]

@@ -27,6 +27,10 @@ logger = logging.getLogger(__name__)
 
 #: The name under which the server-wide default (``PAW_LLM_*``) is shown.
 DEFAULT_PROVIDER_NAME = "default"
+#: The offline demo's scripted model (``PAW_DEMO_BASE_URL``), offered after every other.
+DEMO_PROVIDER_NAME = "demo"
+DEMO_PROVIDER_LABEL = "Scripted demo (no AI)"
+DEMO_MODEL = "scripted-demo"
 
 
 @dataclass(frozen=True)
@@ -72,7 +76,9 @@ BUILTIN_PROVIDERS: tuple[ProviderSpec, ...] = (
 )
 
 #: Names a custom provider may not take.
-RESERVED_PROVIDER_NAMES = frozenset({DEFAULT_PROVIDER_NAME, *(p.name for p in BUILTIN_PROVIDERS)})
+RESERVED_PROVIDER_NAMES = frozenset(
+    {DEFAULT_PROVIDER_NAME, DEMO_PROVIDER_NAME, *(p.name for p in BUILTIN_PROVIDERS)}
+)
 
 _CACHE_PREFIX = "secrets_vault:models:"
 

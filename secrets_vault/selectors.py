@@ -12,7 +12,14 @@ from django.db.models import Q, QuerySet
 
 from secrets_vault.fields import UNDECRYPTABLE
 from secrets_vault.models import CustomProvider, Datasource, ProviderPreference, Secret
-from secrets_vault.providers import BUILTIN_PROVIDERS, DEFAULT_PROVIDER_NAME, models_list
+from secrets_vault.providers import (
+    BUILTIN_PROVIDERS,
+    DEFAULT_PROVIDER_NAME,
+    DEMO_MODEL,
+    DEMO_PROVIDER_LABEL,
+    DEMO_PROVIDER_NAME,
+    models_list,
+)
 
 if TYPE_CHECKING:
     from accounts.models import User
@@ -117,8 +124,9 @@ def _key_missing_reason(key_name: str) -> str:
 
 def providers_for(*, user: User) -> list[ProviderState]:
     """Every provider the user could pick, in the order "first active" follows: the
-    server-wide default (only when configured), the built-in providers, then the enabled
-    custom providers by name. A provider is active when it needs no key or its key
+    server-wide default (only when configured), the built-in providers, the enabled
+    custom providers by name, then the offline demo (only when ``PAW_DEMO_BASE_URL`` is
+    set, so any real provider is preferred to it). A provider is active when it needs no key or its key
     secret resolves (the user's own, then a global one) and decrypts. The server's
     process environment is never consulted."""
     customs = list(CustomProvider.objects.filter(enabled=True))
@@ -187,6 +195,19 @@ def providers_for(*, user: User) -> list[ProviderState]:
                 key_name=custom.key_secret_name,
                 default_model=custom.default_model or (known[0] if known else ""),
                 known_models=known,
+            )
+        )
+    if settings.PAW_DEMO_BASE_URL:
+        states.append(
+            ProviderState(
+                name=DEMO_PROVIDER_NAME,
+                label=DEMO_PROVIDER_LABEL,
+                base_url=settings.PAW_DEMO_BASE_URL,
+                key_name="",
+                active=True,
+                reason_if_inactive="",
+                default_model=DEMO_MODEL,
+                known_models=(DEMO_MODEL,),
             )
         )
     return states

@@ -66,6 +66,8 @@ class WorkerNode:
             "PAW_LLM_BASE_URL": self.model.base_url,
             "PAW_LLM_API_KEY": SCRIPTED_API_KEY,
             "PAW_LLM_MODEL": "scripted-model",
+            # The offline demo's provider, on the same scripted model (listed last).
+            "PAW_DEMO_BASE_URL": self.model.base_url,
             **extra_env,
         }
         self._stack = ExitStack()
@@ -104,6 +106,7 @@ def _scripted_default_provider(request: pytest.FixtureRequest) -> None:
         settings.PAW_LLM_BASE_URL = model.base_url
         settings.PAW_LLM_API_KEY = SCRIPTED_API_KEY
         settings.PAW_LLM_MODEL = "scripted-model"
+        settings.PAW_DEMO_BASE_URL = model.base_url
 
 
 @pytest.fixture

@@ -30,7 +30,8 @@ class ApprovalOutput(serializers.ModelSerializer):
     class Meta:
         model = Approval
         fields = (
-            "id", "conversation_id", "run_id", "kind", "prompt", "questions", "status", "answers",
+            "id", "conversation_id", "run_id", "ask_id", "kind", "prompt", "questions", "status",
+            "answers",
             "decided_by", "via", "created", "expires", "decided",
         )  # fmt: skip
         read_only_fields = fields

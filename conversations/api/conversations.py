@@ -5,14 +5,16 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from uuid import UUID
 
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from conversations.models import Conversation, Run
+from conversations.rendering import markdown_render
 from conversations.selectors.conversations import (
+    conversation_active_run_id,
     conversation_get,
     conversation_history,
     conversation_list,
@@ -56,6 +58,9 @@ class ConversationOutput(serializers.ModelSerializer):
     created = serializers.DateTimeField(source="created_at")
     updated = serializers.DateTimeField(source="updated_at")
     last_activity = serializers.DateTimeField(source="last_activity_at")
+    active_run_id = serializers.SerializerMethodField(
+        help_text="The run going on now (queued, starting or running), or null."
+    )
 
     class Meta:
         model = Conversation
@@ -69,8 +74,14 @@ class ConversationOutput(serializers.ModelSerializer):
             "updated",
             "last_activity",
             "memory_since",
+            "active_run_id",
         )
         read_only_fields = fields
+
+    @extend_schema_field(serializers.UUIDField(allow_null=True))
+    def get_active_run_id(self, conversation: Conversation) -> str | None:
+        active = conversation_active_run_id(conversation)
+        return str(active) if active else None
 
     def to_representation(self, conversation: Conversation) -> dict:
         return {
@@ -83,6 +94,7 @@ class ConversationOutput(serializers.ModelSerializer):
             "updated": _iso(conversation.updated_at),
             "last_activity": _iso(conversation.last_activity_at),
             "memory_since": _iso(conversation.memory_since),
+            "active_run_id": self.get_active_run_id(conversation),
         }
 
 
@@ -177,6 +189,9 @@ class TurnOutput(serializers.ModelSerializer):
     in_memory = serializers.SerializerMethodField(
         help_text="False for turns before the last session reset (the agent forgot them)."
     )
+    answer_html = serializers.SerializerMethodField(
+        help_text="The answer rendered from Markdown and sanitized."
+    )
 
     class Meta:
         model = Run
@@ -184,6 +199,7 @@ class TurnOutput(serializers.ModelSerializer):
             "run_id",
             "prompt",
             "answer",
+            "answer_html",
             "status",
             "errors",
             "created",
@@ -192,6 +208,9 @@ class TurnOutput(serializers.ModelSerializer):
             "in_memory",
         )
         read_only_fields = fields
+
+    def get_answer_html(self, run: Run) -> str:
+        return markdown_render(run.answer, conversation_id=run.conversation_id)
 
     def get_in_memory(self, run: Run) -> bool:
         memory_since = self.context.get("memory_since")

@@ -11,6 +11,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from conversations.models import Run
+from conversations.rendering import markdown_render
 from conversations.selectors.runs import run_get, run_list
 from conversations.services.runs import MAX_PROMPT_CHARS, run_cancel, run_start
 from paw_project.api import PawPagination, StrictSerializer, error_responses, paginated_response
@@ -35,6 +36,10 @@ class RunOutput(serializers.ModelSerializer):
     conversation_id = serializers.UUIDField(read_only=True)
     errors = ErrorEntry(many=True)
     usage = serializers.SerializerMethodField()
+    answer_html = serializers.SerializerMethodField(
+        help_text="The answer rendered from Markdown and sanitized; relative images and "
+        "links point at the conversation's artifacts."
+    )
     created = serializers.DateTimeField(source="created_at")
     started = serializers.DateTimeField(source="started_at", allow_null=True)
     finished = serializers.DateTimeField(source="finished_at", allow_null=True)
@@ -42,10 +47,14 @@ class RunOutput(serializers.ModelSerializer):
     class Meta:
         model = Run
         fields = (
-            "id", "conversation_id", "prompt", "status", "answer", "errors", "provider", "model",
+            "id", "conversation_id", "prompt", "status", "answer", "answer_html", "errors",
+            "provider", "model",
             "datasources", "usage", "created", "started", "finished",
         )  # fmt: skip
         read_only_fields = fields
+
+    def get_answer_html(self, run: Run) -> str:
+        return markdown_render(run.answer, conversation_id=run.conversation_id)
 
     @extend_schema_field(UsageOutput)
     def get_usage(self, run: Run) -> dict:

@@ -4,18 +4,38 @@ from __future__ import annotations
 
 from uuid import UUID
 
-from django.db.models import QuerySet
+from django.db.models import OuterRef, QuerySet, Subquery
 
 from accounts.models import User
 from conversations.models import Conversation, Run
 from paw_project.errors import NotFound
 
 
+def _active_runs():
+    return Run.objects.filter(conversation=OuterRef("pk"), status__in=Run.ACTIVE_STATUSES)
+
+
 def conversation_list(*, user: User) -> QuerySet[Conversation]:
     """The user's conversations, newest activity first (ties: newest created, then id, so
-    pages are stable)."""
-    return Conversation.objects.filter(user=user).order_by(
-        "-last_activity_at", "-created_at", "-id"
+    pages are stable), each annotated with ``active_run_pk`` (see
+    :func:`conversation_active_run_id`)."""
+    return (
+        Conversation.objects.filter(user=user)
+        .annotate(active_run_pk=Subquery(_active_runs().values("id")[:1]))
+        .order_by("-last_activity_at", "-created_at", "-id")
+    )
+
+
+def conversation_active_run_id(conversation: Conversation) -> UUID | None:
+    """The id of the conversation's active run (queued, starting or running), or ``None``.
+    Uses the ``active_run_pk`` annotation of :func:`conversation_list` when present, else
+    one query."""
+    if hasattr(conversation, "active_run_pk"):
+        return conversation.active_run_pk
+    return (
+        Run.objects.filter(conversation=conversation, status__in=Run.ACTIVE_STATUSES)
+        .values_list("id", flat=True)
+        .first()
     )
 
 

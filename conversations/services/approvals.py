@@ -36,6 +36,7 @@ def approval_request_message(approval: Approval) -> dict[str, Any]:
         "type": "agent_confirm_request",
         "approval_id": str(approval.id),
         "run_id": str(approval.run_id),
+        "ask_id": approval.ask_id,
         "kind": approval.kind,
         "expires_at": approval.expires_at.isoformat(),
     }
@@ -52,6 +53,7 @@ def approval_resolved_message(approval: Approval) -> dict[str, Any]:
         "type": "agent_confirm_resolved",
         "approval_id": str(approval.id),
         "run_id": str(approval.run_id),
+        "ask_id": approval.ask_id,
         "status": approval.status,
         "decided_by": approval.decided_by,
         "answers": approval.answers,

@@ -27,6 +27,18 @@ logger = logging.getLogger(__name__)
 
 #: Longest prompt accepted (characters).
 MAX_PROMPT_CHARS = 100_000
+#: Longest title taken from a conversation's first prompt (characters).
+AUTO_TITLE_CHARS = 60
+
+
+def title_from_prompt(prompt: str) -> str:
+    """A conversation title from a prompt: its first line, cut at a word boundary to at
+    most ``AUTO_TITLE_CHARS`` characters (with an ellipsis when cut)."""
+    line = next((part.strip() for part in prompt.splitlines() if part.strip()), "")
+    if len(line) <= AUTO_TITLE_CHARS:
+        return line
+    cut = line[: AUTO_TITLE_CHARS - 1].rsplit(" ", 1)[0] or line[: AUTO_TITLE_CHARS - 1]
+    return cut.rstrip(" ,.;:") + "…"
 
 
 def error_entry(code: str, message: str) -> dict[str, str]:
@@ -56,6 +68,8 @@ def run_start(
 
     ``prompt``: 1–100,000 characters. ``llm_provider``/``llm_model`` override the
     conversation's default; ``datasources`` are slugs the run may query.
+
+    An untitled conversation takes its title from the prompt (:func:`title_from_prompt`).
 
     Raises :class:`NotFound` (not the user's conversation), :class:`InvalidRequest`
     (empty prompt, unknown provider/model/datasource, no active provider),
@@ -92,6 +106,10 @@ def run_start(
                 datasources=plan.datasources,
             )
             Conversation.objects.filter(id=conversation.id).update(last_activity_at=run.created_at)
+            # An untitled conversation is named after its first prompt (the sidebar's label).
+            Conversation.objects.filter(id=conversation.id, title="").update(
+                title=title_from_prompt(prompt)
+            )
             # Hand the run to a worker first, then tell the tabs: the run's start waits on
             # the first, nobody waits on the second.
             transaction.on_commit(lambda: run_enqueue(run_id=run.id))

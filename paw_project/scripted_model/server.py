@@ -403,16 +403,26 @@ class ScriptedModel:
         with ScriptedModel({"responses": ["Hello!"]}) as model:
             client = OpenAI(base_url=model.base_url, api_key="x")
 
-    ``port=0`` picks a free port. ``log`` holds one entry per chat request:
+    ``port=0`` picks a free port. ``max_log`` bounds the request log (the oldest entries
+    go first; ``None``: keep all, as tests want). ``log`` holds one entry per chat request:
     ``{"body", "source", "status", "stream", "received" (epoch s), "duration" (s spent
     answering, delays included), "authorization", "client_port" (the same port on two
     entries = one kept-alive connection), ...}``.
     """
 
-    def __init__(self, script: Any = None, *, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self,
+        script: Any = None,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        max_log: int | None = None,
+    ) -> None:
         self.script = Script.parse(script if script is not None else [])
         self.host = host
         self.port = port
+        self.max_log = max_log
+        self._logged = 0
         self.started = time.time()
         self._log: list[dict[str, Any]] = []
         self._log_lock = threading.Lock()
@@ -438,13 +448,17 @@ class ScriptedModel:
     def record(self, entry: dict[str, Any]) -> None:
         """Append one entry to the request log (numbered from 1)."""
         with self._log_lock:
-            entry["n"] = len(self._log) + 1
+            self._logged += 1
+            entry["n"] = self._logged
             self._log.append(entry)
+            if self.max_log is not None and len(self._log) > self.max_log:
+                del self._log[: len(self._log) - self.max_log]
 
     def clear_log(self) -> None:
         """Forget the requests received so far."""
         with self._log_lock:
             self._log.clear()
+            self._logged = 0
 
     def load(self, script: Any) -> None:
         """Replace the script; its order starts again from the first response."""

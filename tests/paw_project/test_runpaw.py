@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -10,9 +11,12 @@ import signal
 import socket
 import subprocess
 import time
+import urllib.error
+import urllib.request
 from datetime import datetime
 from pathlib import Path
 
+import openpyxl
 import pytest
 from django.conf import settings
 
@@ -104,6 +108,80 @@ def test_embedded_mode_serves_health_readiness_and_admin_in_one_process(tmp_path
     assert f"http://127.0.0.1:{port}/" in output
     assert re.search(r'INFO paw\.access \[\w{32}\] \S+ "GET /admin/login/ HTTP/1.1" 200 ', output)
     assert output.rstrip().endswith("PAW stopped."), output
+
+
+def _call(base: str, method: str, path: str, body=None, token: str = "", content_type=None):
+    """``(status, parsed JSON or raw bytes)`` of one API call to a PAW process."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    data = body
+    if isinstance(body, dict):
+        data, content_type = json.dumps(body).encode(), "application/json"
+    if content_type:
+        headers["Content-Type"] = content_type
+    request = urllib.request.Request(base + path, data=data, headers=headers, method=method)  # noqa: S310
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310
+            status, raw, kind = (
+                response.status,
+                response.read(),
+                response.headers.get_content_type(),
+            )
+    except urllib.error.HTTPError as error:
+        status, raw, kind = error.code, error.read(), error.headers.get_content_type()
+    return status, json.loads(raw) if kind == "application/json" else raw
+
+
+def test_embedded_paw_does_the_offline_demo_end_to_end(tmp_path, migrated_sqlite):
+    """The main job the way `make run` starts PAW, with no API key anywhere: the scripted
+    demo is the only active provider, and the real paw-agent turns tips.csv into
+    summary.xlsx and chart.png with pandas and matplotlib."""
+    from tests.conversations.apihelpers import MULTIPART, multipart
+
+    process, port = embedded_paw(tmp_path, migrated_sqlite)
+    with process as paw:
+        base = f"http://127.0.0.1:{port}"
+        wait_http(f"{base}/healthz", process=paw)
+        account = {"username": "newcomer", "password": "a long passphrase 42"}
+        assert _call(base, "POST", "/api/auth/register", account)[0] == 201
+        status, tokens = _call(base, "POST", "/api/auth/token", account)
+        assert status == 200, tokens
+        token = tokens["access"]
+        _, providers = _call(base, "GET", "/api/providers", token=token)
+        active = [p for p in providers["providers"] if p["active"]]
+        assert [(p["name"], p["label"]) for p in active] == [("demo", "Scripted demo (no AI)")]
+
+        _, conversation = _call(base, "POST", "/api/conversations", {}, token)
+        api = f"/api/conversations/{conversation['id']}"
+        tips = (ROOT / "sample_data" / "tips.csv").read_bytes()
+        status, uploaded = _call(
+            base, "POST", f"{api}/files", multipart("tips.csv", tips), token, MULTIPART
+        )
+        assert status == 201, uploaded
+        prompt = {"prompt": "average tip by day, as a spreadsheet and a chart"}
+        status, run = _call(base, "POST", f"{api}/runs", prompt, token)
+        assert status == 202, run
+        deadline = time.monotonic() + 120
+        while run["status"] not in ("done", "error", "cancelled"):
+            assert time.monotonic() < deadline, f"the run did not finish: {run}\n{output_of(paw)}"
+            time.sleep(0.3)
+            run = _call(base, "GET", f"{api}/runs/{run['id']}", token=token)[1]
+        assert run["status"] == "done", (run, output_of(paw))
+        assert run["provider"] == "demo"
+        assert "| Sun | 3.26 | 76 |" in run["answer"]
+        assert "<table>" in run["answer_html"]
+
+        _, artifacts = _call(base, "GET", f"{api}/artifacts", token=token)
+        assert {"summary.xlsx", "chart.png"} <= {a["path"] for a in artifacts}
+        status, chart = _call(base, "GET", f"{api}/artifacts/chart.png", token=token)
+        assert status == 200 and chart.startswith(b"\x89PNG\r\n\x1a\n")
+        status, xlsx = _call(base, "GET", f"{api}/artifacts/summary.xlsx", token=token)
+        assert status == 200
+        sheet = openpyxl.load_workbook(io.BytesIO(xlsx))["Average tip by day"]
+        averages = {day: tip for day, tip, _ in sheet.iter_rows(min_row=2, values_only=True)}
+        assert averages == {"Thur": 2.77, "Fri": 2.73, "Sat": 2.99, "Sun": 3.26}
+        paw.send_signal(signal.SIGINT)
+        assert paw.wait(timeout=60) == 0, output_of(paw)
+    assert "Offline demo: provider 'demo'" in output_of(paw)
 
 
 def test_a_second_embedded_paw_on_the_same_var_dir_refuses_to_start(tmp_path, migrated_sqlite):

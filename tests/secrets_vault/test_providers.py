@@ -157,10 +157,10 @@ def test_the_servers_process_environment_is_never_consulted(alice, monkeypatch):
 
 
 def test_a_keyless_custom_provider_is_active_for_everyone_and_a_disabled_one_is_hidden(alice):
-    custom("demo", unreachable_base_url(), label="Scripted demo", known_models=["demo-model"])
+    custom("local", unreachable_base_url(), label="Local model", known_models=["local-model"])
     custom("off", unreachable_base_url(), enabled=False)
-    demo = state(alice, "demo")
-    assert demo.active and demo.label == "Scripted demo" and demo.default_model == "demo-model"
+    local = state(alice, "local")
+    assert local.active and local.label == "Local model" and local.default_model == "local-model"
     assert "off" not in [s.name for s in providers_for(user=alice)]
 
 
@@ -169,6 +169,8 @@ def test_a_custom_provider_cannot_take_a_builtin_name(db):
         custom("openai", unreachable_base_url())
     with pytest.raises(InvalidRequest, match="built-in"):
         custom("default", unreachable_base_url())
+    with pytest.raises(InvalidRequest, match="built-in"):
+        custom("demo", unreachable_base_url())  # the offline demo's name
 
 
 # --- Model lists -------------------------------------------------------------------------

@@ -6,6 +6,11 @@ so that a second instance on the same folder refuses to start. With ``PAW_REDIS_
 set: the web server, a Celery worker node and Celery beat run as child processes; Ctrl-C
 (or SIGTERM) stops them all, each given ``--grace`` seconds before it is killed.
 
+Unless ``PAW_DEMO=0`` (or, by default, with Redis), the offline demo's scripted model is
+started on a free loopback port and offered to every user as provider ``demo``, so that a
+new install shows the whole loop without any API key; ``PAW_DEMO_BASE_URL`` tells the web
+server and the worker where it listens.
+
 Exits non-zero when PAW cannot start (the port is taken or invalid, the var folder is in
 use) or when a child process exits on its own (naming it).
 """
@@ -23,7 +28,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import IO
+from typing import IO, Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -120,6 +125,27 @@ def _relay_json(name: str, pipe: IO[bytes]) -> None:
     pipe.close()
 
 
+def demo_wanted() -> bool:
+    """Whether runpaw offers the offline demo (``PAW_DEMO``: ``auto`` means embedded mode
+    only), unless a demo endpoint is configured already (``PAW_DEMO_BASE_URL``)."""
+    if settings.PAW_DEMO_BASE_URL or settings.PAW_DEMO == "0":
+        return False
+    return settings.PAW_DEMO == "1" or settings.EMBEDDED
+
+
+def demo_model_start() -> Any:
+    """Start the scripted model with the bundled demo script on a free loopback port and
+    point ``settings.PAW_DEMO_BASE_URL`` (and the environment children inherit) at it.
+    Returns the running :class:`~paw_project.scripted_model.ScriptedModel`."""
+    from paw_project.scripted_model import Script, ScriptedModel
+
+    # A bounded request log: the demo may serve for days.
+    model = ScriptedModel(Script.load("demo"), max_log=20).start()
+    settings.PAW_DEMO_BASE_URL = model.base_url
+    os.environ["PAW_DEMO_BASE_URL"] = model.base_url
+    return model
+
+
 def _arm_exit_watchdog(code: int) -> None:
     """End the process with ``code`` if it is still alive ``EXIT_WATCHDOG_SECONDS`` from now."""
 
@@ -165,15 +191,28 @@ class Command(BaseCommand):
         check_port(host, port)
         url = browser_url(host, port)
         mode = "embedded (one process, no Redis)" if settings.EMBEDDED else "Redis"
+        demo = demo_model_start() if demo_wanted() else None
+        demo_line = (
+            "  Offline demo: provider 'demo' (a scripted model, no AI) is offered until you add "
+            "a model key; upload sample_data/tips.csv and ask for the average tip by day, as "
+            "a spreadsheet and a chart.\n"
+            if demo is not None
+            else ""
+        )
         self._say(
             f"PAW is starting in {mode} mode.\n"
             f"  Open {url}  (admin: {url}admin/, API docs: {url}api/docs/)\n"
+            f"{demo_line}"
             "  Stop with Ctrl-C."
         )
-        if settings.EMBEDDED:
-            self._run_embedded(host, port, grace)
-        else:
-            self._run_children(host, port, grace)
+        try:
+            if settings.EMBEDDED:
+                self._run_embedded(host, port, grace)
+            else:
+                self._run_children(host, port, grace)
+        finally:
+            if demo is not None:
+                demo.stop()
 
     def _run_embedded(self, host: str, port: int, grace: float) -> None:
         from paw_project.embedded import EmbeddedWorker

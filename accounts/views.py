@@ -1,0 +1,112 @@
+"""The sign-in, registration and sign-out pages of the web chat (Django session auth).
+
+Edges only: Django's ``LoginView`` / ``LogoutView`` (CSRF-protected; django-axes locks a
+username and address out after ``PAW_LOGIN_FAILURE_LIMIT`` failures), and a registration
+form that calls :func:`accounts.services.user_register`, the rule the API uses too.
+"""
+
+from __future__ import annotations
+
+from django import forms
+from django.conf import settings
+from django.contrib.auth import login
+from django.contrib.auth import views as auth_views
+from django.contrib.auth.validators import UnicodeUsernameValidator
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.debug import sensitive_post_parameters
+
+from accounts import services
+from paw_project.errors import DomainError
+from paw_project.throttles import AuthThrottle
+
+#: The backend a freshly registered user is signed in with (the lockout backend first in
+#: AUTHENTICATION_BACKENDS authenticates nobody).
+SESSION_BACKEND = "django.contrib.auth.backends.ModelBackend"
+
+
+class LoginPage(auth_views.LoginView):
+    """``/accounts/login/``: username and password; an account already signed in goes on."""
+
+    template_name = "accounts/login.html"
+    redirect_authenticated_user = True
+
+    def get_context_data(self, **kwargs):
+        context = super().get_context_data(**kwargs)
+        context["registration_open"] = settings.PAW_ALLOW_REGISTRATION
+        return context
+
+
+class LogoutPage(auth_views.LogoutView):
+    """``POST /accounts/logout/``: end the session, back to the sign-in page."""
+
+    next_page = settings.LOGIN_URL
+
+
+class RegisterForm(forms.Form):
+    """The registration form: the same fields and rules as ``POST /api/auth/register``."""
+
+    username = forms.CharField(
+        max_length=150,
+        validators=[UnicodeUsernameValidator()],
+        help_text="Letters, digits and @ . + - _ only.",
+        widget=forms.TextInput(attrs={"autocomplete": "username", "autofocus": True}),
+    )
+    email = forms.EmailField(
+        required=False, widget=forms.EmailInput(attrs={"autocomplete": "email"})
+    )
+    password = forms.CharField(
+        max_length=4096,
+        strip=False,
+        widget=forms.PasswordInput(attrs={"autocomplete": "new-password"}),
+        help_text="At least 8 characters, not too common, not only digits.",
+    )
+    password_again = forms.CharField(
+        label="Password (again)",
+        max_length=4096,
+        strip=False,
+        widget=forms.PasswordInput(attrs={"autocomplete": "new-password"}),
+    )
+
+    def clean(self):
+        data = super().clean()
+        if data.get("password") and data.get("password") != data.get("password_again"):
+            self.add_error("password_again", "The two passwords differ.")
+        return data
+
+
+@sensitive_post_parameters("password", "password_again")
+def register_page(request: HttpRequest) -> HttpResponse:
+    """``/accounts/register/``: create an account and sign in (403 page when
+    ``PAW_ALLOW_REGISTRATION`` is off; attempts count against ``PAW_THROTTLE_AUTH`` per
+    client address, like the API's)."""
+    if not settings.PAW_ALLOW_REGISTRATION:
+        return render(request, "accounts/register.html", {"closed": True}, status=403)
+    if request.user.is_authenticated:
+        return redirect(settings.LOGIN_REDIRECT_URL)
+    form = RegisterForm(request.POST or None)
+    status = 200
+    if request.method == "POST":
+        throttle = AuthThrottle()
+        if not throttle.allow_request(request, None):
+            wait = int(throttle.wait() or 60)
+            form.add_error(None, f"Too many attempts from your address; try again in {wait} s.")
+            response = render(request, "accounts/register.html", {"form": form}, status=429)
+            response["Retry-After"] = str(wait)
+            return response
+        if form.is_valid():
+            try:
+                user = services.user_register(
+                    username=form.cleaned_data["username"],
+                    password=form.cleaned_data["password"],
+                    email=form.cleaned_data["email"],
+                )
+            except DomainError as error:
+                field = "username" if error.code == "username_taken" else None
+                field = "password" if error.code == "password_invalid" else field
+                form.add_error(field, error.detail)
+            else:
+                login(request, user, backend=SESSION_BACKEND)
+                return redirect(settings.LOGIN_REDIRECT_URL)
+        status = 400
+    return render(request, "accounts/register.html", {"form": form}, status=status)

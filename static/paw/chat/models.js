@@ -1,0 +1,104 @@
+// The model picker: every provider from GET /api/providers, its models as options;
+// inactive providers are shown greyed out with the reason. The choice is remembered per
+// conversation (PATCH llm_provider / llm_model); "Automatic" leaves it to PAW (your
+// default, then the server's, then the first active provider).
+
+import { api } from "./api.js";
+import { el } from "./dom.js";
+
+export class ModelPicker {
+  /**
+   * @param {HTMLSelectElement} select
+   * @param {HTMLElement} note where the reason of an inactive provider or an error goes
+   * @param {{onChange: (choice: {llm_provider: string, llm_model: string}) => Promise<void>}} options
+   */
+  constructor(select, note, { onChange }) {
+    this.select = select;
+    this.note = note;
+    this.onChange = onChange;
+    this.providers = [];
+    this.userDefault = { llm_provider: "", llm_model: "" };
+    this.choice = { llm_provider: "", llm_model: "" };
+    this.listeners = [];
+    select.addEventListener("change", () => this.changed());
+  }
+
+  async load() {
+    const [providers, userDefault] = await Promise.all([
+      api("GET", "/api/providers"),
+      api("GET", "/api/providers/default").catch(() => ({ llm_provider: "", llm_model: "" })),
+    ]);
+    this.providers = providers.providers;
+    this.userDefault = userDefault;
+    this.render();
+  }
+
+  /** The effective provider name: the choice, your default, else the first active one. */
+  effectiveProvider() {
+    if (this.choice.llm_provider) return this.choice.llm_provider;
+    if (this.userDefault.llm_provider) return this.userDefault.llm_provider;
+    return this.providers.find((p) => p.active)?.name || "";
+  }
+
+  set(choice) {
+    this.choice = { llm_provider: choice.llm_provider || "", llm_model: choice.llm_model || "" };
+    this.render();
+  }
+
+  render() {
+    const automatic = this.providers.find((p) => p.name === this.effectiveProviderWithout());
+    const autoLabel = automatic ? `Automatic (${automatic.label})` : "Automatic";
+    const options = [el("option", { value: "" }, autoLabel)];
+    for (const provider of this.providers) {
+      const label = provider.active ? provider.label : `${provider.label} — not available`;
+      const group = el("optgroup", { label, disabled: !provider.active });
+      const models = provider.models.length ? provider.models : [provider.default_model].filter(Boolean);
+      for (const model of models) {
+        group.append(
+          el("option", { value: JSON.stringify([provider.name, model]), title: provider.reason_if_inactive || null }, model),
+        );
+      }
+      if (!models.length) group.append(el("option", { value: "", disabled: true }, "no models listed"));
+      options.push(group);
+    }
+    this.select.replaceChildren(...options);
+    this.select.value = this.choice.llm_provider
+      ? JSON.stringify([this.choice.llm_provider, this.choice.llm_model || this.defaultModel(this.choice.llm_provider)])
+      : "";
+    if (this.select.selectedIndex < 0) this.select.value = "";
+    const inactive = this.providers.filter((p) => !p.active);
+    this.note.textContent = this.providers.some((p) => p.active)
+      ? ""
+      : `No model provider is available yet. ${inactive[0]?.reason_if_inactive || ""}`;
+    for (const listener of this.listeners) listener(this.effectiveProvider());
+  }
+
+  effectiveProviderWithout() {
+    if (this.userDefault.llm_provider) return this.userDefault.llm_provider;
+    return this.providers.find((p) => p.active)?.name || "";
+  }
+
+  defaultModel(name) {
+    return this.providers.find((p) => p.name === name)?.default_model || "";
+  }
+
+  async changed() {
+    const [provider, model] = this.select.value ? JSON.parse(this.select.value) : ["", ""];
+    const previous = this.choice;
+    this.choice = { llm_provider: provider, llm_model: model };
+    try {
+      await this.onChange(this.choice);
+      this.note.textContent = "";
+      for (const listener of this.listeners) listener(this.effectiveProvider());
+    } catch (error) {
+      this.choice = previous;
+      this.render();
+      this.note.textContent = error.message;
+    }
+  }
+
+  /** Call `listener(providerName)` whenever the effective provider may have changed. */
+  onProvider(listener) {
+    this.listeners.push(listener);
+  }
+}

@@ -1,0 +1,428 @@
+// The conversation as the person reads it: prompts, streamed text, tool rows, todos,
+// approvals, errors and the final answers, built from the stored events in cursor order.
+//
+// Everything shown comes from the runtime's lines (replayed on every page load, then
+// live), from `run.status` messages, and from the run list (the answers rendered from
+// Markdown and sanitized by the server). The same events always give the same page, so
+// a reload mid-run shows the full text once.
+
+import { el, formatCall, formatNumber } from "./dom.js";
+
+const STATUS_TEXT = {
+  queued: "Waiting for the agent…",
+  starting: "Starting the agent…",
+  running: "Working…",
+  done: "Done",
+  error: "Failed",
+  cancelled: "Cancelled",
+};
+
+// Plain words for the error codes of runs (PROTOCOL.md, docs/runtime.md, PAW's own).
+const ERROR_TEXT = {
+  auth: "The model provider refused the API key.",
+  budget: "The agent reached its limit of tool rounds for one request.",
+  timeout: "The run took too long and was stopped.",
+  context: "The conversation no longer fits in the model's context.",
+  no_answer: "The model gave an empty answer.",
+  budget_exceeded: "The token budget ran out, so the run was stopped.",
+  policy_violation: "PAW stopped the agent: it tried a risky action without your approval.",
+  sandbox_exited: "The agent's sandbox stopped unexpectedly.",
+  worker_lost: "The server running the agent went away.",
+  unknown: "The model call failed.",
+};
+
+const APPROVAL_TEXT = {
+  pending: "Waiting for your decision…",
+  approved: "Approved",
+  declined: "Declined",
+  answered: "Answered",
+  expired: "No answer in time",
+  cancelled: "Withdrawn (the run ended)",
+};
+
+const DECIDED_BY_TEXT = { user: "by you", auto: "automatically (auto-approve)", timeout: "", system: "" };
+
+/** One run: the prompt, then the agent's steps, the answer, errors and a footer. */
+class RunView {
+  constructor(transcript, runId) {
+    this.transcript = transcript;
+    this.runId = runId;
+    this.status = "";
+    this.answerHtml = null;
+    this.answerText = "";
+    this.resultSeen = false;
+    this.cancelled = false;
+    this.lastText = null;
+    this.finalText = null;
+    this.tools = [];
+    this.todos = null;
+    this.usage = null;
+    this.provider = "";
+    this.model = "";
+
+    this.promptEl = el("div", { class: "prompt-bubble", hidden: true });
+    this.stepsEl = el("div", { class: "steps" });
+    this.answerEl = el("div", { class: "answer", hidden: true });
+    this.errorsEl = el("div", { class: "run-errors" });
+    this.agentEl = el("div", { class: "agent", "aria-label": "The agent" }, this.stepsEl, this.answerEl, this.errorsEl);
+    this.statusEl = el("span", { class: "status" });
+    this.modelEl = el("span", { class: "model" });
+    this.tokensEl = el("span", { class: "tokens" });
+    this.footerEl = el("div", { class: "run-footer" }, this.statusEl, this.modelEl, this.tokensEl);
+    this.element = el("article", { class: "run", dataset: { runId } }, this.promptEl, this.agentEl, this.footerEl);
+  }
+
+  get active() {
+    return ["queued", "starting", "running"].includes(this.status);
+  }
+
+  setPrompt(text) {
+    if (!text || !this.promptEl.hidden) return;
+    this.promptEl.textContent = text;
+    this.promptEl.hidden = false;
+  }
+
+  /** A run's state (from the run list or a `run.status` message). */
+  setStatus({ status, errors, usage, model, provider }) {
+    if (status) {
+      this.status = status;
+      this.statusEl.textContent = STATUS_TEXT[status] || status;
+      this.statusEl.dataset.status = status;
+      this.element.dataset.status = status;
+      if (!this.active) this.settleTools(status === "cancelled" ? "cancelled" : "done");
+    }
+    if (errors) this.setErrors(errors);
+    if (usage && (usage.input || usage.output)) this.setUsage(usage);
+    if (provider !== undefined) this.provider = provider || "";
+    if (model !== undefined) this.model = model || "";
+    const demo = this.transcript.demoProvider && this.provider === this.transcript.demoProvider;
+    this.modelEl.textContent = demo ? "scripted demo" : this.model;
+  }
+
+  setUsage(usage) {
+    this.usage = usage;
+    const tokens = (usage.input || 0) + (usage.output || 0);
+    this.tokensEl.textContent = `${formatNumber(tokens)} tokens${usage.estimated ? " (estimated)" : ""}`;
+  }
+
+  setErrors(errors) {
+    this.errorsEl.replaceChildren(
+      ...errors.map((error) => {
+        const known = ERROR_TEXT[error.code];
+        const message = error.message && error.message !== known ? error.message : "";
+        return el("p", { class: "run-error", role: "alert" }, known || "Something went wrong.", message ? ` ${message}` : "");
+      }),
+    );
+  }
+
+  /** Add a step (a text block, a tool row, a notice …) after the earlier ones. */
+  add(step) {
+    this.stepsEl.append(step);
+    if (!step.classList.contains("agent-text")) this.lastText = null;
+    return step;
+  }
+
+  delta(text) {
+    if (!text) return;
+    if (!this.lastText) {
+      // New text means the tools before it have finished, also for runtimes that do not
+      // report each tool's end (python-agent-harness).
+      this.settleTools("done");
+      this.lastText = el("div", { class: "agent-text" });
+      this.stepsEl.append(this.lastText);
+    }
+    this.lastText.textContent += text;
+  }
+
+  toolCalls(calls) {
+    for (const call of calls || []) {
+      if (!call || typeof call.name !== "string") continue;
+      this.addTool(call.name, formatCall(call.name, call.args), "waiting");
+    }
+  }
+
+  addTool(name, label, state) {
+    const stateEl = el("span", { class: "tool-state" });
+    const icon = el("span", { class: "spinner", "aria-hidden": "true" });
+    const summary = el("summary", {}, icon, el("span", { class: "call", title: label }, label), stateEl);
+    const body = el("div", { class: "tool-body" }, el("pre", {}, label));
+    const element = el("details", { class: "tool", dataset: { tool: name } }, summary, body);
+    const tool = { name, element, stateEl, icon, body, state: "" };
+    this.tools.push(tool);
+    this.add(element);
+    this.setToolState(tool, state);
+    return tool;
+  }
+
+  setToolState(tool, state, summaryText = "") {
+    tool.state = state;
+    tool.element.dataset.state = state;
+    const words = {
+      waiting: "starting…",
+      running: "running…",
+      ok: "ok",
+      error: "error",
+      declined: "not done: declined",
+      done: "done",
+      cancelled: "cancelled",
+    };
+    tool.stateEl.textContent = words[state] || state;
+    tool.icon.hidden = !["waiting", "running"].includes(state);
+    if (summaryText) tool.body.append(el("pre", { class: "tool-summary" }, summaryText));
+  }
+
+  toolRunning(name) {
+    const tool = this.tools.find((t) => t.name === name && t.state === "waiting") || this.addTool(name, `${name}(…)`, "waiting");
+    this.setToolState(tool, "running");
+  }
+
+  toolDone(data) {
+    if (!data || typeof data !== "object") return;
+    const summary = typeof data.summary === "string" ? data.summary : "";
+    const declined = !data.ok && /declined by the user/i.test(summary);
+    const tool =
+      this.tools.find((t) => t.name === data.name && ["running", "waiting"].includes(t.state)) ||
+      this.addTool(data.name || "tool", `${data.name || "tool"}(…)`, "running");
+    this.setToolState(tool, data.ok ? "ok" : declined ? "declined" : "error", summary);
+  }
+
+  /** End the rows still going (the run ended, or the model is talking again). */
+  settleTools(state) {
+    for (const tool of this.tools) {
+      if (["waiting", "running"].includes(tool.state)) this.setToolState(tool, state);
+    }
+  }
+
+  setTodos(items) {
+    if (!Array.isArray(items)) return;
+    if (!this.todos) {
+      this.todos = el("section", { class: "todos", "aria-label": "The agent's plan" }, el("h3", {}, "Plan"), el("ul"));
+      this.add(this.todos);
+    }
+    this.todos.querySelector("ul").replaceChildren(
+      ...items.map((item) => {
+        const content = item && typeof item === "object" ? String(item.content ?? item.text ?? "") : String(item);
+        const status = item && typeof item === "object" ? String(item.status || "") : "";
+        const mark = { completed: "✓ ", in_progress: "… " }[status] || "";
+        return el("li", { dataset: { status } }, mark, content);
+      }),
+    );
+  }
+
+  notice(text, className = "notice") {
+    this.add(el("p", { class: className }, text));
+  }
+
+  retry(data) {
+    if (data && data.partial && this.lastText) {
+      this.lastText.dataset.superseded = "";
+      this.lastText.title = "This text was cut off by a failed model call; the retry follows.";
+    }
+    const when = data && data.delay ? ` in ${Math.round(data.delay * 10) / 10} s` : "";
+    const attempt = data && data.attempt ? ` (attempt ${data.attempt + 1} of ${data.max_attempts || "?"})` : "";
+    this.notice(`The model call failed${data && data.reason ? ` (${data.reason})` : ""}; retrying${when}${attempt}.`);
+  }
+
+  approvalStep(data) {
+    const key = `${this.runId}:${data.ask_id}`;
+    const body =
+      data.kind === "confirm"
+        ? [el("span", {}, "The agent asked to do this:"), el("pre", {}, data.prompt || "")]
+        : [el("span", {}, "The agent asked: "), ...(data.questions || []).map((q) => el("q", {}, q.question || ""))];
+    const statusEl = el("span", { class: "approval-status" });
+    const step = el("div", { class: "step-approval", dataset: { kind: data.kind, status: "pending" } }, ...body, statusEl);
+    this.add(step);
+    this.transcript.approvalSteps.set(key, { step, statusEl, kind: data.kind });
+    this.transcript.paintApproval(key);
+  }
+
+  result(event) {
+    this.resultSeen = true;
+    this.cancelled = Boolean(event.cancelled);
+    this.answerText = event.answer || "";
+    if (this.answerText && this.lastText) this.finalText = this.lastText;
+    this.settleTools(this.cancelled ? "cancelled" : "done");
+    if (event.usage) this.setUsage(event.usage);
+    if (event.model) this.setStatus({ model: event.model });
+    if (this.active) {
+      // The run's own status follows (PAW may still end it otherwise, e.g. over budget).
+      const failed = Array.isArray(event.errors) && event.errors.length;
+      this.setStatus({ status: this.cancelled ? "cancelled" : failed ? "error" : "done", errors: event.errors || [] });
+    }
+    if (this.answerHtml !== null) this.showAnswer();
+    else if (this.answerText) this.transcript.fetchAnswer(this);
+  }
+
+  /** The server-rendered answer replaces the streamed text it repeats. */
+  setAnswerHtml(html) {
+    this.answerHtml = html || "";
+    this.showAnswer();
+  }
+
+  showAnswer() {
+    if (!this.answerHtml) return;
+    this.answerEl.innerHTML = this.answerHtml; // rendered from Markdown and sanitized by PAW (nh3)
+    this.answerEl.hidden = false;
+    if (this.finalText) this.finalText.hidden = true;
+  }
+}
+
+export class Transcript {
+  /**
+   * @param {HTMLElement} root the scrolling container
+   * @param {{fetchRun: (runId: string) => Promise<object>, demoProvider: string|null, onChange: () => void}} options
+   */
+  constructor(root, { fetchRun, demoProvider, onChange }) {
+    this.root = root;
+    this.fetchRun = fetchRun;
+    this.demoProvider = demoProvider;
+    this.onChange = onChange || (() => {});
+    this.runs = new Map();
+    this.approvals = new Map(); // "<run id>:<ask id>" → {status, decided_by, answers}
+    this.approvalSteps = new Map();
+    this.empty = root.querySelector("#transcript-empty");
+  }
+
+  run(runId) {
+    let view = this.runs.get(runId);
+    if (!view) {
+      view = new RunView(this, runId);
+      this.runs.set(runId, view);
+      if (this.empty) this.empty.hidden = true;
+      this.root.append(view.element);
+    }
+    return view;
+  }
+
+  /** Runs from the run list, oldest first: prompt, status, errors, usage, answer. */
+  seedRuns(runs) {
+    for (const run of runs) {
+      const view = this.run(run.id);
+      view.setPrompt(run.prompt);
+      view.setStatus(run);
+      if (!view.active && run.answer_html) view.setAnswerHtml(run.answer_html);
+    }
+  }
+
+  /** Approvals from the API: how each question or confirm was decided. */
+  seedApprovals(approvals) {
+    for (const approval of approvals) this.noteApproval(approval);
+  }
+
+  noteApproval(approval) {
+    if (!approval.ask_id) return;
+    const key = `${approval.run_id}:${approval.ask_id}`;
+    this.approvals.set(key, { ...(this.approvals.get(key) || {}), ...approval });
+    this.paintApproval(key);
+  }
+
+  paintApproval(key) {
+    const target = this.approvalSteps.get(key);
+    const info = this.approvals.get(key);
+    if (!target) return;
+    const status = (info && info.status) || "pending";
+    target.step.dataset.status = status;
+    let text = APPROVAL_TEXT[status] || status;
+    const by = info && DECIDED_BY_TEXT[info.decided_by];
+    if (by && status !== "pending") text += ` ${by}`;
+    if (info && status === "answered" && info.answers && info.answers.length) text += `: ${info.answers.join(", ")}`;
+    target.statusEl.textContent = ` — ${text}.`;
+  }
+
+  /** A `run.event` message: one stored runtime line (or a PAW notice). */
+  handleEvent({ run_id: runId, event }) {
+    if (!event || typeof event !== "object") return;
+    if (!runId) {
+      if (event.type === "notice") this.conversationNotice(event.message);
+      return;
+    }
+    const view = this.run(runId);
+    switch (event.type) {
+      case "start":
+        view.setPrompt(event.prompt);
+        break;
+      case "delta":
+        view.delta(event.text);
+        break;
+      case "notify":
+        this.handleNotify(view, event.kind, event.data);
+        break;
+      case "result":
+        view.result(event);
+        break;
+      case "notice":
+        view.notice(event.message || "");
+        break;
+      case "policy_violation":
+        view.notice(event.message || ERROR_TEXT.policy_violation, "run-error");
+        break;
+      default:
+        break; // log lines and protocol errors are bookkeeping, not progress
+    }
+    this.onChange();
+  }
+
+  handleNotify(view, kind, data) {
+    switch (kind) {
+      case "tool_calls":
+        view.toolCalls(data);
+        break;
+      case "tool_running":
+        if (typeof data === "string") view.toolRunning(data);
+        break;
+      case "tool":
+        view.toolDone(data);
+        break;
+      case "todos":
+        view.setTodos(Array.isArray(data) ? data : data && data.todos);
+        break;
+      case "ask":
+        if (data && data.ask_id) view.approvalStep(data);
+        break;
+      case "usage":
+        if (data) view.setUsage(data);
+        break;
+      case "retry":
+        view.retry(data);
+        break;
+      case "error":
+        view.notice(typeof data === "string" ? data : "The agent hit an error and carries on.");
+        break;
+      case "compact":
+        view.notice("Older parts of the conversation were summarized to fit the model's context.");
+        break;
+      default:
+        break; // tool_start, context, run_done …: shown through the lines above
+    }
+  }
+
+  handleStatus(message) {
+    const view = this.run(message.run_id);
+    view.setStatus(message);
+    if (!view.active && view.resultSeen && view.answerHtml === null && view.answerText) this.fetchAnswer(view);
+    this.onChange();
+  }
+
+  async fetchAnswer(view) {
+    if (view.fetching) return;
+    view.fetching = true;
+    try {
+      const run = await this.fetchRun(view.runId);
+      if (run.answer_html) view.setAnswerHtml(run.answer_html);
+      view.setStatus(run);
+    } catch {
+      // The streamed text stays on the page; the rendered answer comes with the next load.
+    } finally {
+      view.fetching = false;
+    }
+  }
+
+  conversationNotice(text) {
+    if (this.empty) this.empty.hidden = true;
+    this.root.append(el("p", { class: "notice" }, text || ""));
+  }
+
+  activeRun() {
+    return [...this.runs.values()].find((view) => view.active) || null;
+  }
+}

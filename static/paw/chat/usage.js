@@ -1,0 +1,40 @@
+// The usage badge: tokens of the run going on (or the last one) and of this month,
+// against the monthly budget when there is one (GET /api/usage).
+
+import { api } from "./api.js";
+import { formatNumber } from "./dom.js";
+
+export class UsageBadge {
+  constructor(element) {
+    this.element = element;
+    this.run = null; // {input, output}
+    this.month = null; // {used, limit}
+  }
+
+  async refresh() {
+    try {
+      const report = await api("GET", "/api/usage");
+      this.month = { used: report.budget.used_this_month, limit: report.budget.monthly_limit };
+    } catch {
+      return;
+    }
+    this.render();
+  }
+
+  setRun(usage) {
+    this.run = usage;
+    this.render();
+  }
+
+  render() {
+    const parts = [];
+    if (this.run) parts.push(`This run: ${formatNumber((this.run.input || 0) + (this.run.output || 0))}`);
+    if (this.month) {
+      const { used, limit } = this.month;
+      parts.push(`This month: ${formatNumber(used)}${limit ? ` of ${formatNumber(limit)}` : ""} tokens`);
+      const share = limit ? used / limit : 0;
+      this.element.dataset.level = share >= 1 ? "exhausted" : share >= 0.8 ? "high" : "";
+    }
+    this.element.textContent = parts.join(" · ");
+  }
+}

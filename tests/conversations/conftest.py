@@ -1,0 +1,159 @@
+"""Fixtures of the browser tests: a real Daphne process serving the chat page, Debian's
+Chromium driven by Playwright, and a page that leaves a screenshot and its console log
+in ``test-artifacts/`` when its test fails."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import SCRIPTED_API_KEY
+from tests.support import ROOT, child_process, free_port, output_of, wait_http, worker_database_url
+
+CHROMIUM = "/usr/bin/chromium"
+#: The chat server's upload limit (bytes): small, so "too large" is cheap to test.
+UPLOAD_LIMIT = 1024 * 1024
+ARTIFACTS = ROOT / "test-artifacts"
+# What the machine's closed network needs (no background fetches) and root needs (no
+# sandbox): see the README's browser-test notes.
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+class ChatServer:
+    """The web process: ``base`` is its address, ``output()`` what it logged."""
+
+    def __init__(self, process, port: int) -> None:
+        self.process = process
+        self.base = f"http://127.0.0.1:{port}"
+
+    def output(self) -> str:
+        return output_of(self.process)
+
+
+@pytest.fixture(scope="module")
+def chat_server(django_db_setup, django_db_blocker, worker_node) -> Iterator[ChatServer]:
+    """Daphne serving PAW on the test database and Redis, with the same default provider
+    (the scripted model) as the worker node, and the demo provider pointing at it too."""
+    port = free_port()
+    with django_db_blocker.unblock():
+        database_url = worker_database_url()
+    env = {
+        "PAW_DATABASE_URL": database_url,
+        "PAW_LLM_BASE_URL": worker_node.model.base_url,
+        "PAW_LLM_API_KEY": SCRIPTED_API_KEY,
+        "PAW_LLM_MODEL": "scripted-model",
+        "PAW_DEMO_BASE_URL": worker_node.model.base_url,
+        "PAW_MAX_UPLOAD_BYTES": str(UPLOAD_LIMIT),
+        "PAW_THROTTLE_UPLOADS": "1000/min",
+        "PAW_THROTTLE_RUNS": "1000/min",
+    }
+    command = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
+    with child_process([*command, "paw_project.asgi:application"], env=env) as process:
+        wait_http(f"http://127.0.0.1:{port}/healthz", process=process)
+        yield ChatServer(process, port)
+
+
+@pytest.fixture(scope="module")
+def chromium(django_db_setup):
+    """Debian's Chromium, headless, through Playwright (no browser download).
+
+    Playwright's sync API keeps an event loop running on this thread, which Django takes
+    for an async context: while the browser is open, the ORM calls of these tests (and of
+    pytest-django's flushes) are allowed with ``DJANGO_ALLOW_ASYNC_UNSAFE`` (as
+    pytest-playwright's docs advise). Module scope keeps that to the browser tests."""
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (.ci/run does).")
+    from playwright.sync_api import sync_playwright
+
+    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            yield browser
+            browser.close()
+    finally:
+        if previous is None:
+            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+        else:
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """Remember each phase's report on the item, so fixtures can see a failure."""
+    report = yield
+    setattr(item, f"report_{report.when}", report)
+    return report
+
+
+class BrowserSession:
+    """A browser context signed in (or not) against the chat server; ``console`` holds
+    every console message and page error of its pages."""
+
+    def __init__(self, context, server: ChatServer) -> None:
+        self.context = context
+        self.server = server
+        self.console: list[str] = []
+        self.page = self.new_page()
+
+    def new_page(self):
+        page = self.context.new_page()
+        page.set_default_timeout(30_000)
+        page.on("console", lambda m: self.console.append(f"{m.type}: {m.text}"))
+        page.on("pageerror", lambda e: self.console.append(f"pageerror: {e}"))
+        return page
+
+    def url(self, path: str) -> str:
+        return self.server.base + path
+
+    def sign_in_as(self, user) -> None:
+        """Start a signed-in session for ``user`` (a session cookie made by Django)."""
+        from django.test import Client
+
+        client = Client()
+        client.force_login(user)
+        self.context.add_cookies(
+            [
+                {
+                    "name": "sessionid",
+                    "value": client.cookies["sessionid"].value,
+                    "url": self.server.base,
+                }
+            ]
+        )
+
+
+@pytest.fixture
+def browser_session(request, chromium, chat_server, celery_worker) -> Iterator[BrowserSession]:
+    context = chromium.new_context(viewport={"width": 1280, "height": 900}, accept_downloads=True)
+    session = BrowserSession(context, chat_server)
+    yield session
+    failed = any(
+        getattr(getattr(request.node, f"report_{when}", None), "failed", False)
+        for when in ("setup", "call")
+    )
+    if failed:
+        ARTIFACTS.mkdir(exist_ok=True)
+        name = re.sub(r"[^\w.-]+", "_", request.node.nodeid)
+        for index, page in enumerate(context.pages):
+            try:
+                page.screenshot(path=str(ARTIFACTS / f"{name}-{index}.png"), full_page=True)
+            except Exception as error:  # a crashed page cannot be shot; say so
+                session.console.append(f"(no screenshot of page {index}: {error})")
+        (ARTIFACTS / f"{name}.console.log").write_text("\n".join(session.console) + "\n")
+        (ARTIFACTS / f"{name}.server.log").write_text(chat_server.output()[-20000:])
+    context.close()
