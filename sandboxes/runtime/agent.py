@@ -319,7 +319,9 @@ class Run:
 
         if call.name not in GATED:
             announce()
-        return ToolContext(control=context.control, confirm=confirm, ask=context.ask)
+        return ToolContext(
+            control=context.control, confirm=confirm, ask=context.ask, notify=context.notify
+        )
 
     def _on_retry(self, info: dict[str, Any]) -> None:
         self.stream.notify("retry", info)
@@ -328,7 +330,9 @@ class Run:
         settings = self.agent.settings
         toolbox = self.agent.toolbox
         tools = toolbox.specs
-        context = ToolContext(control=self.control, confirm=self.confirm, ask=self.ask)
+        context = ToolContext(
+            control=self.control, confirm=self.confirm, ask=self.ask, notify=self.stream.notify
+        )
         tool_rounds = 0
         while True:
             self.control.check()

@@ -31,6 +31,8 @@ MAX_RESULT = 20_000  # characters of a tool result sent to the model
 MAX_READ = 20_000  # characters read_file returns by default
 MAX_LIST = 500  # entries list_files returns
 DECLINED = "declined by the user"
+PLAN_STATUSES = ("pending", "in_progress", "completed")
+MAX_PLAN_STEPS = 50
 TABLE_SUFFIXES = (".csv", ".tsv", ".tab", ".xlsx", ".xlsm", ".xls")
 # A PEP 508 name with extras and version specifiers, no URLs and no pip options.
 REQUIREMENT = re.compile(
@@ -57,12 +59,13 @@ class ToolOutcome:
 @dataclass
 class ToolContext:
     """What a tool may use during one run: its ``control`` (cancel, deadline), ``confirm``
-    (prompt → approved?; raises ``Stopped`` on cancel) and ``ask`` (questions → answer, or
-    None when unanswered)."""
+    (prompt → approved?; raises ``Stopped`` on cancel), ``ask`` (questions → answer, or
+    None when unanswered) and ``notify`` (kind, data → a ``notify`` line for the host)."""
 
     control: RunControl
     confirm: Callable[[str], bool]
     ask: Callable[[list[dict[str, Any]]], str | None]
+    notify: Callable[[str, Any], None] = lambda kind, data: None
 
 
 def _schema(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
@@ -163,6 +166,30 @@ SPECS = [
                 },
             },
             ["question"],
+        ),
+    ),
+    _function(
+        "update_plan",
+        "Show the user your plan for a task of several steps, and update it as you go: "
+        "the whole list each time, each step with its status.",
+        _schema(
+            {
+                "steps": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "content": {"type": "string", "description": "the step"},
+                            "status": {
+                                "type": "string",
+                                "enum": list(PLAN_STATUSES),
+                            },
+                        },
+                        "required": ["content", "status"],
+                    },
+                }
+            },
+            ["steps"],
         ),
     ),
 ]
@@ -540,6 +567,30 @@ class Toolbox:
         return ToolOutcome(text, summary=_summary_line(text))
 
     # -- people -----------------------------------------------------------------------
+
+    def tool_update_plan(self, args: dict[str, Any], context: ToolContext) -> ToolOutcome:
+        """The agent's plan (todos) for the user: a ``notify todos`` whose data is
+        ``[{"content": str, "status": "pending" | "in_progress" | "completed"}]``, the shape
+        python-agent-harness uses for its todo list."""
+        steps = args["steps"]
+        if not isinstance(steps, list) or not steps:
+            raise ToolError("steps must be a non-empty list")
+        if len(steps) > MAX_PLAN_STEPS:
+            raise ToolError(f"a plan has at most {MAX_PLAN_STEPS} steps")
+        plan = []
+        for step in steps:
+            if not isinstance(step, dict) or not str(step.get("content") or "").strip():
+                raise ToolError("each step needs a content")
+            status = step.get("status", "pending")
+            if status not in PLAN_STATUSES:
+                raise ToolError(f"a step's status is one of {', '.join(PLAN_STATUSES)}")
+            plan.append({"content": str(step["content"]).strip()[:500], "status": status})
+        context.notify("todos", plan)
+        done = sum(step["status"] == "completed" for step in plan)
+        return ToolOutcome(
+            f"plan shown to the user ({done} of {len(plan)} steps done)",
+            summary=f"{done} of {len(plan)} steps done",
+        )
 
     def tool_ask_user(self, args: dict[str, Any], context: ToolContext) -> ToolOutcome:
         """A question (with optional options) to the user: a ``notify ask``."""

@@ -274,6 +274,34 @@ def test_a_question_is_answered_with_an_option_button(chat, scripted_model):
     assert "Answered by you: line" in page.locator(".step-approval").inner_text()
 
 
+def test_the_agents_plan_is_shown_as_todos(chat, scripted_model):
+    steps = [
+        {"content": "Load the file", "status": "completed"},
+        {"content": "Average the tips", "status": "in_progress"},
+        {"content": "Draw the chart", "status": "pending"},
+    ]
+    scripted_model.load(
+        {
+            "api_key": SCRIPTED_API_KEY,
+            "responses": [
+                {"tool_calls": [{"name": "update_plan", "arguments": {"steps": steps}}]},
+                "Working on it.",
+            ],
+        }
+    )
+    page = chat.page
+    ask(page, "Plan it")
+    plan = page.get_by_role("region", name="The agent's plan")
+    plan.wait_for()
+    items = plan.locator("li")
+    assert items.count() == 3
+    assert [items.nth(i).get_attribute("data-status") for i in range(3)] == [
+        "completed", "in_progress", "pending",
+    ]  # fmt: skip
+    assert "Average the tips" in items.nth(1).inner_text()
+    page.locator(".answer", has_text="Working on it.").wait_for()
+
+
 def test_reload_mid_run_shows_the_whole_text_once(chat, scripted_model):
     numbers = " ".join(str(n) for n in range(1, 301))
     scripted_model.load(

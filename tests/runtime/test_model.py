@@ -162,6 +162,7 @@ def test_requests_carry_the_tools_the_output_cap_and_stream_options(start, model
         "delete_file",
         "install_package",
         "ask_user",
+        "update_plan",
     ]  # no datasource: no run_sql
     assert body["messages"][0]["role"] == "system"
     assert body["messages"][-1] == {"role": "user", "content": "hi"}

@@ -394,3 +394,27 @@ def test_ask_user_question_and_its_answer_timeout(start, model):
     runtime.send({"op": "answer", "run_id": "r1", "answers": ["B", "A"], "ask_id": ask["ask_id"]})
     runtime.run_lines("r1", timeout=30)
     assert tool_results(model) == ["the user answered: B, A", "the user did not answer in time"]
+
+
+def test_update_plan_shows_the_steps_as_todos_and_refuses_a_bad_plan(start, model):
+    steps = [
+        {"content": "Load tips.csv", "status": "completed"},
+        {"content": "Average the tips by day", "status": "in_progress"},
+        {"content": "Write summary.xlsx", "status": "pending"},
+    ]
+    model.load(
+        script(
+            call("update_plan", steps=steps),
+            call("update_plan", steps=[{"content": "x", "status": "maybe"}]),
+            call("update_plan", steps=[]),
+        )
+    )
+    runtime = start()
+    runtime.ready()
+    lines = runtime.submit("plan", timeout=30)
+    assert notifies(lines, "todos") == [steps]  # only the valid plan reaches the host
+    assert tool_results(model) == [
+        "plan shown to the user (1 of 3 steps done)",
+        "error: a step's status is one of pending, in_progress, completed",
+        "error: steps must be a non-empty list",
+    ]

@@ -243,7 +243,9 @@ function updateRunControls() {
   cancelButton.hidden = !active;
   sendButton.disabled = Boolean(active) || Boolean(state.sending);
   sendButton.title = active ? "The agent is still working: wait for it, or cancel it." : "";
-  runStatus.textContent = active ? active.statusEl.textContent : "";
+  // A status region: screen readers hear "Working…", then how the run ended.
+  const last = active || [...transcript.runs.values()].pop();
+  runStatus.textContent = last ? last.statusEl.textContent : "";
 }
 
 async function send(event) {

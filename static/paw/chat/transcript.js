@@ -337,6 +337,7 @@ export class Transcript {
       return;
     }
     const view = this.run(runId);
+    this.lastEventRun = view;
     switch (event.type) {
       case "start":
         view.setPrompt(event.prompt);
@@ -417,9 +418,14 @@ export class Transcript {
     }
   }
 
+  /** A notice of no run ("the sandbox exited"): after the run it followed in time. */
   conversationNotice(text) {
     if (this.empty) this.empty.hidden = true;
-    this.root.append(el("p", { class: "notice" }, text || ""));
+    const notice = el("p", { class: "notice" }, text || "");
+    let anchor = this.lastEventRun?.element;
+    while (anchor?.nextElementSibling?.classList.contains("notice")) anchor = anchor.nextElementSibling;
+    if (anchor) anchor.after(notice);
+    else this.root.append(notice);
   }
 
   activeRun() {
