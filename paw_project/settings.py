@@ -271,7 +271,12 @@ PAW_WORKSPACE_ROOT = _path("PAW_WORKSPACE_ROOT", VAR_DIR / "workspaces")
 # The agent runtime each sandbox runs (`python-agent-harness serve` works unchanged).
 PAW_HARNESS_CMD = env.str("PAW_HARNESS_CMD", default="paw-agent serve")
 # bwrap | none; empty = bwrap when bubblewrap is installed.
-PAW_SANDBOX_ISOLATION = env.str("PAW_SANDBOX_ISOLATION", default="")
+PAW_SANDBOX_ISOLATION = env.str("PAW_SANDBOX_ISOLATION", default="").strip().lower()
+if PAW_SANDBOX_ISOLATION not in ("", "bwrap", "none"):
+    raise ImproperlyConfigured(
+        f"PAW_SANDBOX_ISOLATION={PAW_SANDBOX_ISOLATION!r}: use bwrap or none (or leave it "
+        "unset: bwrap when bubblewrap is installed)."
+    )
 PAW_SANDBOX_READY_TIMEOUT = env.float("PAW_SANDBOX_READY_TIMEOUT", default=20.0)
 PAW_SANDBOX_TTL_SECONDS = env.int("PAW_SANDBOX_TTL_SECONDS", default=300)
 PAW_MAX_SANDBOXES_PER_NODE = env.int("PAW_MAX_SANDBOXES_PER_NODE", default=50)

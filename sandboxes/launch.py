@@ -11,8 +11,10 @@ the model endpoint and datasources need it.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import logging
 import os
 import shlex
 import shutil
@@ -24,6 +26,8 @@ from urllib.parse import unquote
 from django.conf import settings
 
 from conversations.workspaces import PRIVATE_DIR
+
+logger = logging.getLogger(__name__)
 
 #: The runtime's own package folder (run, never imported, by PAW).
 RUNTIME_PACKAGE = Path(__file__).resolve().parent / "runtime"
@@ -234,10 +238,22 @@ def _python_paths() -> list[Path]:
     return sorted(paths)
 
 
+@functools.cache
+def _warn_no_bwrap() -> None:
+    """Say once per process that sandboxes run without a jail."""
+    logger.warning(
+        "bubblewrap is not installed: sandboxes run without isolation "
+        "(install it: apt-get install bubblewrap; or set PAW_SANDBOX_ISOLATION=none to "
+        "choose this)"
+    )
+
+
 def isolation_mode() -> str:
     """``bwrap`` or ``none`` (``PAW_SANDBOX_ISOLATION``; the default is ``bwrap`` when
     bubblewrap is installed). Raises ``RuntimeError`` if bwrap is asked for but missing."""
     mode = settings.PAW_SANDBOX_ISOLATION or ("bwrap" if shutil.which("bwrap") else "none")
+    if not settings.PAW_SANDBOX_ISOLATION and mode == "none":
+        _warn_no_bwrap()
     if mode == "bwrap" and not shutil.which("bwrap"):
         raise RuntimeError(
             "PAW_SANDBOX_ISOLATION=bwrap but bubblewrap is not installed (apt install bubblewrap)"

@@ -13,6 +13,7 @@ import openpyxl
 import pytest
 
 from accounts.models import User
+from billing.models import Budget
 from conversations.models import Approval, Conversation, ConversationFile, Run
 from conversations.workspaces import workspace_ensure, workspace_path
 from paw_project.scripted_model.script import SCRIPTS_DIR
@@ -50,7 +51,10 @@ def delete_script(path: str) -> dict:
 
 @pytest.fixture
 def alice(db) -> User:
-    return User.objects.create_user(username="alice", password=PASSWORD)
+    """A user with a monthly budget of a million tokens (shown by the usage badge)."""
+    user = User.objects.create_user(username="alice", password=PASSWORD)
+    Budget.objects.create(user=user, monthly_tokens=1_000_000)
+    return user
 
 
 @pytest.fixture
@@ -162,6 +166,16 @@ def test_the_main_job_upload_ask_stream_tools_artifacts_download(chat, scripted_
     sheet = openpyxl.load_workbook(io.BytesIO(downloaded)).active
     averages = {row[0]: row[1] for row in sheet.iter_rows(min_row=2, values_only=True)}
     assert averages == {"Thur": 2.77, "Fri": 2.73, "Sat": 2.99, "Sun": 3.26}
+    # The usage badge: this run's tokens, and the month's against the budget.
+    run = Run.objects.get(conversation=conversation)
+    tokens = run.usage["input"] + run.usage["output"]
+    assert tokens > 0
+    badge = page.locator("#usage-badge")
+    expected = f"This run: {tokens:,} · This month: {tokens:,} of 1,000,000 tokens"
+    page.wait_for_function(
+        "(text) => document.getElementById('usage-badge').textContent === text", arg=expected
+    )
+    assert badge.get_attribute("data-level") == ""
     assert_no_page_errors(chat)
 
 

@@ -117,6 +117,8 @@ def test_celery_is_json_only_late_ack_prefetch_one_with_limits():
             "PAW_REDIS_URL must start with redis://, rediss:// or unix://",
         ),
         ({"PAW_PORT": "65536"}, "PAW_PORT='65536' is not a TCP port"),
+        ({"PAW_SANDBOX_ISOLATION": "docker"}, "PAW_SANDBOX_ISOLATION='docker': use bwrap or none"),
+        ({"PAW_DEMO": "yes"}, "PAW_DEMO='yes': use auto, 1 or 0."),
     ],
 )
 def test_bad_settings_are_refused_with_one_line_saying_what_to_do(tmp_path, env, message):
