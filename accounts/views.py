@@ -9,14 +9,16 @@ from __future__ import annotations
 
 from django import forms
 from django.conf import settings
-from django.contrib.auth import login
+from django.contrib.auth import login, password_validation
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.validators import UnicodeUsernameValidator
+from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.debug import sensitive_post_parameters
 
 from accounts import services
+from accounts.models import User
 from paw_project.errors import DomainError
 from paw_project.throttles import AuthThrottle
 
@@ -70,8 +72,17 @@ class RegisterForm(forms.Form):
 
     def clean(self):
         data = super().clean()
-        if data.get("password") and data.get("password") != data.get("password_again"):
-            self.add_error("password_again", "The two passwords differ.")
+        password = data.get("password")
+        if password:
+            # Django's password validators (AUTH_PASSWORD_VALIDATORS), told who it is for,
+            # so every problem shows at once; user_register checks them again.
+            candidate = User(username=data.get("username") or "", email=data.get("email") or "")
+            try:
+                password_validation.validate_password(password, user=candidate)
+            except ValidationError as error:
+                self.add_error("password", error)
+            if password != data.get("password_again"):
+                self.add_error("password_again", "The two passwords differ.")
         return data
 
 

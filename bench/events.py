@@ -300,6 +300,64 @@ async def real_phase(env: dict[str, str], args: argparse.Namespace) -> dict:
         stop([worker, *web])
 
 
+# Issue 4's targets and the peer python-agent-web's numbers on this kind of machine.
+TARGETS = [
+    ("throughput", "lines/s relayed exactly once, one sandbox → one client", "≥ 20,000",
+     "4,400/s, drops 38–86%"),
+    ("latency_at_100_lines_per_s", "line → client latency at 100 lines/s", "p50 ≤ 1 ms, p99 ≤ 3 ms",
+     "p50 0.9, p99 1.3 ms"),
+    ("warm_run_start", "warm run start (POST → start event)", "≤ 10 ms", "13.5 ms"),
+    ("cold_run_start", "cold run start (with the runtime process)", "≤ 150 ms", "192 ms"),
+    ("idle_sandbox_memory", "memory per idle sandbox (after its runs)", "≤ 60 MB", "36 MB"),
+    ("concurrent", "concurrent runs at 100 lines/s each, one node", "p99 ≤ 50 ms, nothing lost",
+     "—"),
+]  # fmt: skip
+
+
+def verdicts(results: dict) -> dict[str, tuple[str, bool]]:
+    """Each measure's headline number and whether it meets its target."""
+    out: dict[str, tuple[str, bool]] = {}
+    if r := results.get("throughput"):
+        out["throughput"] = (
+            f"{r['lines_per_s']:,}/s of {r['lines']:,} lines, exactly once: "
+            f"{r['exactly_once_in_order']}",
+            r["lines_per_s"] >= 20_000 and r["exactly_once_in_order"],
+        )
+    if r := results.get("latency_at_100_lines_per_s"):
+        out["latency_at_100_lines_per_s"] = (
+            f"p50 {r['p50_ms']} ms, p99 {r['p99_ms']} ms",
+            r["p50_ms"] <= 1 and r["p99_ms"] <= 3,
+        )
+    if r := results.get("warm_run_start"):
+        out["warm_run_start"] = (f"p50 {r['p50_ms']} ms, p90 {r['p90_ms']} ms", r["p50_ms"] <= 10)
+    if r := results.get("cold_run_start"):
+        out["cold_run_start"] = (f"p50 {r['p50_ms']} ms, p90 {r['p90_ms']} ms", r["p50_ms"] <= 150)
+    if r := results.get("idle_sandbox_memory"):
+        out["idle_sandbox_memory"] = (
+            f"median {r['median_mb']} MB, max {r['max_mb']} MB",
+            r["median_mb"] <= 60,
+        )
+    if r := results.get("concurrent"):
+        whole = r["runs_complete_exactly_once_in_order"] == r["runs"]
+        out["concurrent"] = (
+            f"{r['runs']} runs: p50 {r['p50_ms']} ms, p99 {r['p99_ms']} ms, "
+            f"{r['runs_complete_exactly_once_in_order']}/{r['runs']} complete",
+            r["p99_ms"] <= 50 and whole,
+        )
+    return out
+
+
+def report(results: dict) -> str:
+    """A Markdown table: measure, target, the peer, this run, met or not."""
+    rows = ["| measure | target | peer | PAW (this run) | met |", "|---|---|---|---|---|"]
+    judged = verdicts(results)
+    for key, label, target, peer in TARGETS:
+        if key in judged:
+            measured, met = judged[key]
+            rows.append(f"| {label} | {target} | {peer} | {measured} | {'yes' if met else 'no'} |")
+    return "\n".join(rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--lines", type=int, default=20000)
@@ -332,7 +390,10 @@ def main() -> None:
         if {"cold", "memory"} & set(args.only):
             results.update(asyncio.run(real_phase(bench_env(**provider), args)))
     results["cpus"] = os.cpu_count()
+    results["load_average"] = [round(x, 2) for x in os.getloadavg()]
     print(json.dumps(results, indent=2))
+    print()
+    print(report(results))
 
 
 if __name__ == "__main__":

@@ -68,9 +68,11 @@ def daily_bar_chart(
                 "tokens": day["tokens"],
             }
         )
+    # Tokens are whole: a half-way tick only when it is a whole number (not 0.5 of 1).
+    fractions = (0, 0.5, 1) if top % 2 == 0 else (0, 1)
     ticks = [
         {"y": round(baseline - plot_height * fraction, 1), "label": short_number(top * fraction)}
-        for fraction in (0, 0.5, 1)
+        for fraction in fractions
     ]
     every = max(1, math.ceil(len(daily) / 8))
     labels = [

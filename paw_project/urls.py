@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from django.contrib import admin
+from django.templatetags.static import static
 from django.urls import include, path, re_path
 from django.views.decorators.csrf import csrf_exempt
+from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from paw_project import health
@@ -12,6 +14,8 @@ from paw_project.exception_handlers import not_found
 
 urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
+    # Browsers ask for /favicon.ico on every page (the admin's and Swagger's too).
+    path("favicon.ico", RedirectView.as_view(url=static("paw/favicon.svg"), permanent=True)),
     path("readyz", health.readyz, name="readyz"),
     path("admin/", admin.site.urls),
     path("accounts/", include("accounts.urls")),

@@ -1,10 +1,15 @@
-"""Shared fixtures: the project's scripted model server and a real Celery worker node.
+"""Shared fixtures: the project's scripted model server, a real Celery worker node, and
+the suite-wide scan for secret values.
 
 The worker is a real ``celery worker`` process (threads pool) on the test Redis and the
 test database, with the scripted model as its default provider. It is started once and
 restarted only when a test asks for another runtime command (``worker.use(...)``), so
 tests that need the same runtime share it. Tests using it need
 ``django_db(transaction=True)`` so what they write is committed and visible to it.
+
+Every test is scanned: no response of the test clients, websocket message or
+channel-layer message it receives may contain a known secret value
+(``tests/secrets_vault/leak_scan.py``); a leak fails the test.
 """
 
 from __future__ import annotations
@@ -17,11 +22,50 @@ import pytest
 from django.conf import settings
 
 from paw_project.scripted_model import ScriptedModel
+from tests.secrets_vault import leak_scan
 from tests.support import PYTHON, child_process, output_of, worker_database_url
 
 PAW_AGENT = "paw-agent serve"
 HARNESS = "python-agent-harness serve"
 SCRIPTED_API_KEY = "sk-scripted-test-key"
+
+
+# --- The secret scan --------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _secret_scan_installed() -> Iterator[None]:
+    """Record what PAW sends and learn the secret values, for the whole session; what
+    arrives after the last test is checked at the end."""
+    undo = leak_scan.install()
+    leak_scan.remember(SCRIPTED_API_KEY)
+    try:
+        yield
+        leak_scan.SCAN.check()
+    finally:
+        undo()
+
+
+@pytest.fixture(autouse=True)
+def secret_scan(_secret_scan_installed) -> Iterator[leak_scan.SecretScan]:
+    """The scan of this test (every test has it). What the test and its fixtures received
+    is checked when the test's body ends (a failure of the test) and again after its
+    fixtures' teardown. A test that leaks on purpose takes its leaks with
+    ``secret_scan.take()``."""
+    yield leak_scan.SCAN
+    leak_scan.SCAN.check()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    """A leak in what a test received fails the test itself (not only its teardown)."""
+    __tracebackhide__ = True
+    result = yield
+    leak_scan.SCAN.check()
+    return result
+
+
+# --- The scripted model and the worker -----------------------------------------------------
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,10 @@
-"""``python -m paw_project.scripted_model --script FILE|NAME --port N [--host 127.0.0.1]``.
+"""``python -m paw_project.scripted_model --script FILE|NAME --port N [--host 127.0.0.1]
+[--no-control]``.
 
 Serves the script until interrupted; prints the base URL (for ``OPENAI_BASE_URL``) on
 stdout once listening. ``--script demo`` uses the bundled offline-demo script.
+``--no-control`` turns off the unauthenticated ``/_log`` and ``/_script`` endpoints and the
+request log: use it whenever other people's sandboxes can reach the server.
 """
 
 from __future__ import annotations
@@ -25,13 +28,24 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--port", type=int, default=8765, help="0 picks a free port")
     parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument(
+        "--no-control",
+        action="store_true",
+        help="no /_log or /_script endpoints and no request log (for a shared demo)",
+    )
     args = parser.parse_args(argv)
     try:
         script = Script.load(args.script)
     except ScriptError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    model = ScriptedModel(script, host=args.host, port=args.port)
+    model = ScriptedModel(
+        script,
+        host=args.host,
+        port=args.port,
+        max_log=0 if args.no_control else None,
+        control=not args.no_control,
+    )
     # SIGTERM ends serve_forever the same way Ctrl-C does.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:

@@ -9,6 +9,9 @@ Endpoints (the subset of the OpenAI REST API that agent runtimes use, plus two f
 - ``GET /_log``: the requests received so far as JSON; ``DELETE /_log`` clears it.
 - ``POST /_script``: replace the script (JSON body) and restart its order.
 
+The last two are for tests and have no authentication: ``control=False`` (the offline
+demo, which any sandbox on the host can reach) answers 404 for them instead.
+
 Streams use chunked transfer encoding over HTTP/1.1 keep-alive, with TCP_NODELAY, so the
 time a client spends is the client's, not Nagle's.
 """
@@ -99,7 +102,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0].rstrip("/")
         model = self.server.model
-        if path == "/_log":
+        if path == "/_log" and model.control:
             self._send_json(200, model.log)
         elif path == "/v1/models":
             created = int(model.started)
@@ -136,7 +139,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_error(404, f"no route {path}")
 
     def do_DELETE(self) -> None:
-        if self.path.rstrip("/") == "/_log":
+        if self.path.rstrip("/") == "/_log" and self.server.model.control:
             self.server.model.clear_log()
             self._send_json(200, {"cleared": True})
         else:
@@ -145,7 +148,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         path = self.path.split("?", 1)[0].rstrip("/")
         raw = self._read_body()
-        if path == "/_script":
+        if path == "/_script" and self.server.model.control:
             try:
                 self.server.model.load(Script.parse(raw))
             except ScriptError as exc:
@@ -404,7 +407,8 @@ class ScriptedModel:
             client = OpenAI(base_url=model.base_url, api_key="x")
 
     ``port=0`` picks a free port. ``max_log`` bounds the request log (the oldest entries
-    go first; ``None``: keep all, as tests want). ``log`` holds one entry per chat request:
+    go first; ``None``: keep all, as tests want; ``0``: keep none). ``control=False``
+    turns the unauthenticated ``/_log`` and ``/_script`` endpoints off. ``log`` holds one entry per chat request:
     ``{"body", "source", "status", "stream", "received" (epoch s), "duration" (s spent
     answering, delays included), "authorization", "client_port" (the same port on two
     entries = one kept-alive connection), ...}``.
@@ -417,11 +421,13 @@ class ScriptedModel:
         host: str = "127.0.0.1",
         port: int = 0,
         max_log: int | None = None,
+        control: bool = True,
     ) -> None:
         self.script = Script.parse(script if script is not None else [])
         self.host = host
         self.port = port
         self.max_log = max_log
+        self.control = control
         self._logged = 0
         self.started = time.time()
         self._log: list[dict[str, Any]] = []

@@ -20,6 +20,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import parse_qs, unquote
 
 from sandboxes.runtime.control import RunControl
 
@@ -60,14 +61,15 @@ class SqlError(Exception):
 @dataclass
 class Datasource:
     """One datasource: ``slug`` (the name the model uses), ``name``, ``dialect``
-    (``postgresql`` | ``sqlite``), ``description`` and ``url`` (None when its variable is
-    missing)."""
+    (``postgresql`` | ``sqlite``), ``description``, ``url`` (None when its variable is
+    missing) and ``read_only`` (the operator's flag: writes are refused, approved or not)."""
 
     slug: str
     name: str
     dialect: str
     description: str
     url: str | None
+    read_only: bool = False
 
 
 def url_variable(slug: str) -> str:
@@ -109,6 +111,7 @@ def load_datasources(environ: Mapping[str, str]) -> tuple[list[Datasource], list
                 dialect=dialect,
                 description=str(entry.get("description") or ""),
                 url=url,
+                read_only=entry.get("read_only") is True,
             )
         )
     return found, warnings
@@ -151,12 +154,19 @@ def format_rows(columns: list[str], rows: list[tuple], more: bool) -> str:
     return "\n".join(lines) + f"\n\n({count})"
 
 
-def _sqlite_path(url: str) -> str:
-    if url.startswith("sqlite:///"):
-        return url[len("sqlite:///") :] or ":memory:"
-    if url.startswith("sqlite://"):
-        return url[len("sqlite://") :]
-    return url
+def sqlite_location(url: str) -> tuple[str, bool]:
+    """``(path, read_only)`` of a SQLite URL: ``sqlite:////abs/path.db?mode=ro`` (the form
+    PAW writes: the percent-encoded path after ``sqlite:///``, options after ``?``),
+    ``sqlite:///relative.db`` (from the workspace), or ``sqlite://`` (in memory).
+    ``read_only`` is True when the URL says ``mode=ro``."""
+    rest = url
+    for prefix in ("sqlite:///", "sqlite://"):
+        if url.startswith(prefix):
+            rest = url[len(prefix) :]
+            break
+    path, _, query = rest.partition("?")
+    options = parse_qs(query)
+    return unquote(path) or ":memory:", "ro" in options.get("mode", [])
 
 
 def run_query(
@@ -182,10 +192,10 @@ def _run_sqlite(
 ) -> str:
     import sqlite3
 
-    path = _sqlite_path(source.url or "")
+    path, url_read_only = sqlite_location(source.url or "")
     if path != ":memory:" and not os.path.exists(path):
         raise SqlError(f"the SQLite file of datasource {source.slug} does not exist")
-    mode = "ro" if read_only else "rw"
+    mode = "ro" if read_only or url_read_only else "rw"
     uri = f"file:{path}?mode={mode}" if path != ":memory:" else ":memory:"
     connection = sqlite3.connect(
         uri, uri=path != ":memory:", timeout=min(timeout, 10), check_same_thread=False
@@ -218,19 +228,29 @@ def _run_postgres(
     source: Datasource, sql: str, *, read_only: bool, timeout: float, control: RunControl
 ) -> str:
     import psycopg
+    from psycopg.conninfo import conninfo_to_dict
 
+    # The URL's own options (a read-only datasource's default_transaction_read_only) stay:
+    # the statement timeout is added to them, not put in their place.
+    try:
+        options = conninfo_to_dict(source.url or "").get("options") or ""
+    except psycopg.Error as exc:
+        raise SqlError(f"the URL of datasource {source.slug} is malformed: {exc}") from exc
+    options = f"{options} -c statement_timeout={int(timeout * 1000)}".strip()
     try:
         connection = control.call(
             lambda: psycopg.connect(
                 source.url,
                 connect_timeout=10,
                 application_name="paw-agent",
-                options=f"-c statement_timeout={int(timeout * 1000)}",
+                options=options,
             )
         )
     except psycopg.Error as exc:
         raise SqlError(f"cannot connect to datasource {source.slug}: {exc}") from exc
-    connection.read_only = read_only
+    # True makes psycopg begin READ ONLY; None leaves the server's default (a read-only
+    # datasource's URL sets it): False would begin READ WRITE and override that.
+    connection.read_only = True if read_only or source.read_only else None
 
     def work() -> str:
         try:

@@ -556,6 +556,11 @@ class Toolbox:
                 f"no datasource {slug!r}; the datasources are: {', '.join(self.datasources)}"
             )
         read_only = is_read_only(query)
+        if not read_only and source.read_only:
+            raise ToolError(
+                f"datasource {source.slug} is read-only: only a single SELECT, WITH or "
+                "EXPLAIN runs on it"
+            )
         if not read_only and not context.confirm(
             f"run_sql on {source.name} ({source.slug}, {source.dialect}) — this statement "
             f"may change data:\n{query.strip()}"

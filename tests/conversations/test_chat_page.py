@@ -59,12 +59,11 @@ def alice(db) -> User:
 
 @pytest.fixture
 def chat(browser_session, alice):
-    """A browser signed in as alice; ``chat.page`` is on a new conversation."""
+    """A browser signed in as alice; ``chat.page`` is on a new conversation of hers."""
     browser_session.sign_in_as(alice)
+    conversation = Conversation.objects.create(user=alice)
     page = browser_session.page
-    page.goto(browser_session.url("/"))
-    page.get_by_role("button", name="New conversation").click()
-    page.wait_for_url(re.compile(r"/c/[0-9a-f-]{36}/$"))
+    page.goto(browser_session.url(f"/c/{conversation.id}/"))
     page.wait_for_selector(".connection[data-state=connected]")
     return browser_session
 
@@ -356,6 +355,30 @@ def test_cancel_stops_the_run(chat, scripted_model):
     assert wait_for(lambda: Run.objects.filter(status="cancelled").first(), what="cancelled")
 
 
+def test_cancel_while_an_approval_waits_shows_the_text_once(chat, scripted_model):
+    """The cancelled run's answer repeats its streamed text: it is shown once, live and
+    after a reload."""
+    scripted_model.load(delete_script("old.csv"))
+    page = chat.page
+    conversation = conversation_of_page(page)
+    (workspace_ensure(conversation.id) / "old.csv").write_text("x")
+    ask(page, "Delete old.csv")
+    page.get_by_role("alertdialog", name="Approval needed").wait_for()
+    page.get_by_role("button", name="Cancel").click()
+    wait_until_idle(page)
+    page.get_by_role("alertdialog", name="Approval needed").wait_for(state="detached")
+    assert Run.objects.get().answer == "I will delete old.csv."
+    for _ in range(2):
+        step = page.locator(".step-approval")
+        step.wait_for()
+        assert "Withdrawn" in step.inner_text()
+        page.wait_for_timeout(500)  # the rendered answer, if it were shown, has come by now
+        assert page.locator(".run").last.inner_text().count("I will delete old.csv.") == 1
+        page.reload()
+        page.wait_for_selector(".connection[data-state=connected]")
+    assert (workspace_path(conversation.id) / "old.csv").exists()
+
+
 def test_sidebar_rename_delete_auto_approve_and_model_picker(chat, alice):
     page = chat.page
     conversation = conversation_of_page(page)
@@ -401,6 +424,8 @@ def test_the_first_message_starts_a_conversation_and_names_it(
     browser_session.sign_in_as(alice)
     page = browser_session.page
     page.goto(browser_session.url("/"))
+    page.get_by_role("button", name="New conversation").click()  # a blank page: nothing made
+    assert not Conversation.objects.exists()
     ask(page, "Say hello")
     page.wait_for_url(re.compile(r"/c/[0-9a-f-]{36}/$"))
     page.locator(".answer", has_text="Hello there.").wait_for()

@@ -7,6 +7,7 @@ import shutil
 import signal
 import subprocess
 import time
+import urllib.error
 import urllib.request
 
 import httpx
@@ -265,6 +266,25 @@ def test_models_log_and_script_endpoints():
         with urllib.request.urlopen(request) as response:  # noqa: S310 - loopback
             assert response.status == 200
         assert "".join(stream_chat(model, [user("x")])[0]) == "replaced"
+
+
+def test_without_control_no_one_can_read_the_log_or_replace_the_script():
+    """The offline demo is reachable from every sandbox on the host: other users' prompts
+    are not kept, and nobody can steer the script."""
+    with ScriptedModel({"fallback": "the script"}, max_log=0, control=False) as model:
+        root = model.base_url.removesuffix("/v1")
+        assert "".join(stream_chat(model, [user("my private prompt")])[0]) == "the script"
+        assert http_get(root + "/_log")[0] == 404
+        assert model.log == []  # nothing kept in memory either
+        for method in ("POST", "DELETE"):
+            path = "/_script" if method == "POST" else "/_log"
+            request = urllib.request.Request(  # noqa: S310 - loopback
+                root + path, method=method, data=json.dumps(["steered"]).encode()
+            )
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(request)  # noqa: S310 - loopback
+            assert refused.value.code == 404
+        assert "".join(stream_chat(model, [user("again")])[0]) == "the script"
 
 
 def test_bad_scripts_are_refused_with_the_place_named():

@@ -7,6 +7,7 @@ import json
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import psycopg
 import pytest
@@ -26,7 +27,7 @@ def sql_call(query: str, datasource: str = "shop") -> dict:
     }
 
 
-def datasource_env(slug: str, dialect: str, url: str) -> dict[str, str]:
+def datasource_env(slug: str, dialect: str, url: str, *, read_only: bool = False) -> dict[str, str]:
     return {
         "PAW_DATASOURCES": json.dumps(
             [
@@ -36,6 +37,7 @@ def datasource_env(slug: str, dialect: str, url: str) -> dict[str, str]:
                     "dialect": dialect,
                     "description": "orders and customers",
                     "env": f"PAW_DATASOURCE_{slug.upper()}_URL",
+                    "read_only": read_only,
                 }
             ]
         ),
@@ -130,6 +132,52 @@ def test_sqlite_write_needs_approval(start, model, shop_sqlite, approve):
     else:
         assert tool_results(model) == ["declined by the user"]
         assert count_sqlite(shop_sqlite) == 3
+
+
+def approve_every_confirm(runtime, run_id: str) -> list[dict]:
+    """Run ``run_id`` to its result, approving each confirm it asks; its lines."""
+    lines = []
+    while True:
+        line = runtime.wait_for(lambda x: x.get("kind") == "ask" or x.get("type") == "result")
+        lines.append(line)
+        if line.get("type") == "result":
+            return lines
+        runtime.send(
+            {"op": "answer", "run_id": run_id, "answers": ["yes"], "ask_id": line["data"]["ask_id"]}
+        )
+
+
+def test_a_sqlite_url_as_paw_writes_it_percent_encoded_and_read_only(start, model, tmp_path):
+    """PAW hands over ``sqlite:////abs/path?mode=ro`` with the path percent-encoded
+    (secrets_vault.connections): the file is found, and even an approved write is refused."""
+    path = tmp_path / "shop file é.sqlite3"
+    with sqlite3.connect(path) as connection:
+        connection.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY, total REAL)")
+        connection.execute("INSERT INTO orders (total) VALUES (9.5)")
+    url = f"sqlite:///{quote(str(path), safe='/')}?mode=ro"
+    model.load(script(sql_call("SELECT total FROM orders"), sql_call("DELETE FROM orders")))
+    runtime = start("paw-agent", env=datasource_env("shop", "sqlite", url))
+    runtime.ready()
+    runtime.send({"op": "submit", "prompt": "read, then delete", "run_id": "r1"})
+    approve_every_confirm(runtime, "r1")
+    read, write = tool_results(model)
+    assert read == "| total |\n|---|\n| 9.5 |\n\n(1 row)"
+    assert write.startswith("error: SQLite error:") and "readonly" in write
+    with sqlite3.connect(path) as connection:
+        assert connection.execute("SELECT count(*) FROM orders").fetchone()[0] == 1
+
+
+def test_a_read_only_datasource_refuses_writes_without_asking(start, model, shop_sqlite):
+    model.load(script(sql_call("DELETE FROM orders")))
+    env = datasource_env("shop", "sqlite", f"sqlite:///{shop_sqlite}", read_only=True)
+    runtime = start("paw-agent", env=env)
+    runtime.ready()
+    lines = runtime.submit("delete everything")
+    assert notifies(lines, "ask") == []  # nothing to approve: it cannot happen
+    assert tool_results(model) == [
+        "error: datasource shop is read-only: only a single SELECT, WITH or EXPLAIN runs on it"
+    ]
+    assert count_sqlite(shop_sqlite) == 3
 
 
 def test_sql_errors_go_back_to_the_model_and_code_never_sees_credentials(start, model, shop_sqlite):
@@ -229,6 +277,30 @@ def test_postgresql_read_runs_read_only_and_write_runs_once_approved(start, mode
             "SELECT last_value, is_called FROM runtime_scratch_tips_seq"
         ).fetchone() == (1, False)
         assert connection.execute("SELECT count(*) FROM runtime_scratch_tips").fetchone()[0] == 3
+
+
+@pytest.mark.django_db
+def test_the_urls_own_postgresql_options_stay_beside_the_statement_timeout(
+    start, model, scratch_table
+):
+    """A read-only datasource's URL carries ``default_transaction_read_only``: the runtime's
+    statement timeout is added to those options, so even an approved write is refused."""
+    url = f"{scratch_table}?options={quote('-c default_transaction_read_only=on')}"
+    update = "UPDATE runtime_scratch_tips SET tip = 0"
+    model.load(script(sql_call(update, datasource="tips_db")))
+    runtime = start("paw-agent", env=datasource_env("tips_db", "postgresql", url))
+    runtime.ready()
+    runtime.send({"op": "submit", "prompt": "zero the tips", "run_id": "r1"})
+    approve_every_confirm(runtime, "r1")
+    [result] = tool_results(model)
+    assert "read-only transaction" in result
+    with psycopg.connect(scratch_table) as connection:
+        assert (
+            connection.execute(
+                "SELECT count(*) FROM runtime_scratch_tips WHERE tip = 0"
+            ).fetchone()[0]
+            == 0
+        )
 
 
 @pytest.mark.django_db

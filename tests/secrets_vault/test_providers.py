@@ -16,7 +16,7 @@ from django.test import override_settings
 from conversations.models import Conversation
 from paw_project.errors import InvalidRequest
 from secrets_vault.models import CustomProvider, Secret
-from secrets_vault.providers import BUILTIN_PROVIDERS
+from secrets_vault.providers import BUILTIN_PROVIDERS, models_cache_forget
 from secrets_vault.selectors import provider_list, providers_for
 from secrets_vault.services import (
     custom_provider_save,
@@ -24,6 +24,7 @@ from secrets_vault.services import (
     provider_resolve,
     secret_set,
 )
+from tests.conftest import SCRIPTED_API_KEY
 from tests.secrets_vault.conftest import secret_value
 from tests.support import free_port
 
@@ -225,6 +226,52 @@ def test_the_providers_api_shows_live_models_and_the_server_default(alice_api, m
         "models": ["srv-a", "srv-b"],
     }
     assert server.requests[0][1] == f"Bearer {server_key}"
+
+
+# The project's scripted model as the provider: its /v1/models lists its script's models.
+SCRIPTED_MODELS = ["scripted-zeta", "scripted-model", "scripted-alpha"]
+
+
+@pytest.fixture
+def scripted_models(scripted_model):
+    """The session's scripted model serving a script that declares ``SCRIPTED_MODELS``;
+    its cached model lists are forgotten before and after (the worker tests list it as
+    their default provider), and the previous script is put back."""
+
+    def forget() -> None:
+        for key in ("", SCRIPTED_API_KEY):
+            models_cache_forget(base_url=scripted_model.base_url, api_key=key)
+
+    previous = scripted_model.script
+    scripted_model.load({"api_key": SCRIPTED_API_KEY, "models": SCRIPTED_MODELS})
+    forget()
+    yield scripted_model
+    forget()
+    scripted_model.load(previous)
+
+
+def test_a_custom_provider_on_the_scripted_model_lists_exactly_its_scripts_models(
+    alice_api, scripted_models
+):
+    custom("scripted", scripted_models.base_url, label="Scripted", known_models=[])
+    body = alice_api.get("/api/providers").json()
+    listed = next(p for p in body["providers"] if p["name"] == "scripted")
+    assert listed["active"] is True
+    assert listed["models"] == sorted(SCRIPTED_MODELS)
+    assert listed["default_model"] == "scripted-alpha", "the first listed model"
+
+
+def test_the_server_default_on_the_scripted_model_lists_exactly_its_scripts_models(
+    alice_api, scripted_models, settings
+):
+    settings.PAW_LLM_BASE_URL = scripted_models.base_url
+    settings.PAW_LLM_API_KEY = SCRIPTED_API_KEY
+    settings.PAW_LLM_MODEL = ""
+    body = alice_api.get("/api/providers").json()
+    default = body["providers"][0]
+    assert (default["name"], default["active"]) == ("default", True)
+    assert default["models"] == sorted(SCRIPTED_MODELS)
+    assert default["default_model"] == "scripted-alpha"
 
 
 # --- Choosing a run's provider and model --------------------------------------------------

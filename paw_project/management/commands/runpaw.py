@@ -139,8 +139,9 @@ def demo_model_start() -> Any:
     Returns the running :class:`~paw_project.scripted_model.ScriptedModel`."""
     from paw_project.scripted_model import Script, ScriptedModel
 
-    # A bounded request log: the demo may serve for days.
-    model = ScriptedModel(Script.load("demo"), max_log=20).start()
+    # Every sandbox on the host can reach it: no request log (other users' prompts) and no
+    # control endpoints (replacing the script would steer other users' agents).
+    model = ScriptedModel(Script.load("demo"), max_log=0, control=False).start()
     settings.PAW_DEMO_BASE_URL = model.base_url
     os.environ["PAW_DEMO_BASE_URL"] = model.base_url
     return model
@@ -187,6 +188,10 @@ class Command(BaseCommand):
             sys.exit(exc.returncode)
 
     def _start(self, host: str, port: int, grace: float) -> None:
+        if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+            # A shell starts background jobs with SIGINT ignored (and Twisted then leaves
+            # it so): `kill -INT` must stop PAW all the same, like Ctrl-C in a terminal.
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         self._lock_fd = lock_var_dir() if settings.EMBEDDED else None
         check_port(host, port)
         url = browser_url(host, port)

@@ -60,3 +60,20 @@ export function formatCountdown(seconds) {
 export function nearBottom(element, slack = 80) {
   return element.scrollHeight - element.scrollTop - element.clientHeight < slack;
 }
+
+/**
+ * Ask the person to confirm a destructive action in the page's confirm dialog:
+ * confirmAction({title, text, ok: "Delete", cancel: "Keep it"}) → Promise<boolean>.
+ */
+export function confirmAction({ title, text, ok, cancel = "Cancel" }) {
+  const dialog = document.getElementById("confirm-dialog");
+  dialog.querySelector("#confirm-heading").textContent = title;
+  dialog.querySelector("#confirm-text").textContent = text;
+  dialog.querySelector("#confirm-ok").textContent = ok;
+  dialog.querySelector("#confirm-cancel").textContent = cancel;
+  dialog.returnValue = "";
+  dialog.showModal();
+  return new Promise((resolve) => {
+    dialog.addEventListener("close", () => resolve(dialog.returnValue === "ok"), { once: true });
+  });
+}

@@ -2,7 +2,7 @@
 // uploaded files as chips, and the artifacts the agent made (images as thumbnails).
 
 import { api, apiAll, upload } from "./api.js";
-import { el, formatBytes } from "./dom.js";
+import { confirmAction, el, formatBytes } from "./dom.js";
 
 const INLINE_IMAGES = /\.(png|jpe?g|gif|webp)$/i;
 const PARALLEL_UPLOADS = 3;
@@ -15,10 +15,12 @@ export class FilesPanel {
   /**
    * @param {{chips: HTMLElement, progress: HTMLElement, artifacts: HTMLElement,
    *          artifactEmpty: HTMLElement, maxBytes: number,
-   *          conversationId: () => Promise<string>, currentId: () => string|null}} options
+   *          conversationId: () => Promise<string>, currentId: () => string|null,
+   *          onError: (message: string) => void}} options
    *   `conversationId()` gives the open conversation's id, creating one when needed.
    */
-  constructor({ chips, progress, artifacts, artifactEmpty, maxBytes, conversationId, currentId }) {
+  constructor({ chips, progress, artifacts, artifactEmpty, maxBytes, conversationId, currentId, onError }) {
+    this.onError = onError;
     this.chips = chips;
     this.progress = progress;
     this.artifacts = artifacts;
@@ -42,17 +44,24 @@ export class FilesPanel {
   async refreshFiles() {
     const files = await apiAll(`${this.base()}/files?page_size=100`);
     this.chips.replaceChildren(...files.map((file) => this.chip(file)));
+    document.getElementById("file-empty").hidden = files.length > 0;
   }
 
   chip(file) {
     const remove = el("button", { type: "button", "aria-label": `Remove ${file.name}`, title: "Remove" }, "×");
     remove.addEventListener("click", async () => {
-      if (!window.confirm(`Remove ${file.name} from this conversation's workspace?`)) return;
+      const sure = await confirmAction({
+        title: `Remove ${file.name}?`,
+        text: "The file is deleted from this conversation's workspace; the agent can no longer use it.",
+        ok: "Remove",
+        cancel: "Keep it",
+      });
+      if (!sure) return;
       try {
         await api("DELETE", `${this.base()}/files/${file.id}`);
         await this.refresh();
       } catch (error) {
-        window.alert(error.message);
+        this.onError(error.message);
       }
     });
     return el(

@@ -3,7 +3,7 @@
 
 import { api, apiAll } from "./api.js";
 import { ApprovalPanels } from "./approvals.js";
-import { nearBottom } from "./dom.js";
+import { confirmAction, nearBottom } from "./dom.js";
 import { FilesPanel } from "./files.js";
 import { ModelPicker } from "./models.js";
 import { Sidebar } from "./sidebar.js";
@@ -62,6 +62,7 @@ const files = new FilesPanel({
   maxBytes: config.maxUploadBytes,
   conversationId: () => ensureConversation(),
   currentId: () => state.conversationId,
+  onError: (message) => showError(message),
 });
 
 const sidebar = new Sidebar($("conversation-list"), $("conversation-list-empty"), () => state.conversationId);
@@ -163,6 +164,7 @@ function onMessage(message) {
       const view = transcript.runs.get(message.run_id);
       sidebar.note(state.conversationId, { active: Boolean(transcript.activeRun()) });
       if (view && !view.active) {
+        showError(""); // e.g. "still working" no longer holds
         refreshArtifactsSoon();
         files.refreshFiles().catch(() => {});
         usage.refresh();
@@ -330,13 +332,11 @@ $("auto-approve").addEventListener("change", async (event) => {
   }
 });
 
-$("new-conversation").addEventListener("click", async () => {
-  try {
-    const conversation = await api("POST", "/api/conversations", {});
-    location.assign(`/c/${conversation.id}/`);
-  } catch (error) {
-    showError(error.message);
-  }
+// A new conversation starts as a blank page: the first message or upload creates it, so
+// clicking twice leaves no empty conversations behind.
+$("new-conversation").addEventListener("click", () => {
+  if (state.conversationId) location.assign("/");
+  else prompt.focus();
 });
 
 $("rename-conversation").addEventListener("click", () => {
@@ -355,9 +355,14 @@ $("rename-dialog").addEventListener("close", async () => {
   }
 });
 
-$("delete-conversation").addEventListener("click", () => $("delete-dialog").showModal());
-$("delete-dialog").addEventListener("close", async () => {
-  if ($("delete-dialog").returnValue !== "ok") return;
+$("delete-conversation").addEventListener("click", async () => {
+  const sure = await confirmAction({
+    title: "Delete this conversation?",
+    text: "Its messages, its files and everything the agent made are deleted for good.",
+    ok: "Delete",
+    cancel: "Keep it",
+  });
+  if (!sure) return;
   try {
     await api("DELETE", base());
     location.assign("/");

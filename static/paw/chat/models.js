@@ -47,7 +47,7 @@ export class ModelPicker {
 
   render() {
     const automatic = this.providers.find((p) => p.name === this.effectiveProviderWithout());
-    const autoLabel = automatic ? `Automatic (${automatic.label})` : "Automatic";
+    const autoLabel = automatic ? `Automatic: ${automatic.label}` : "Automatic";
     const options = [el("option", { value: "" }, autoLabel)];
     for (const provider of this.providers) {
       const label = provider.active ? provider.label : `${provider.label} — not available`;

@@ -42,6 +42,27 @@ const APPROVAL_TEXT = {
 
 const DECIDED_BY_TEXT = { user: "by you", auto: "automatically (auto-approve)", timeout: "", system: "" };
 
+/**
+ * A short argument repr as it was written ('import os\nimport pandas…'): the text inside
+ * the quotes with its escapes turned back into characters, for reading.
+ */
+function readable(value) {
+  if (typeof value !== "string") return JSON.stringify(value, null, 2);
+  const quoted = value.match(/^(['"])([\s\S]*?)\1?(…)?$/);
+  if (!quoted) return value;
+  const text = quoted[2].replace(/\\(n|t|r|'|"|\\)/g, (_, c) => ({ n: "\n", t: "\t", r: "", "'": "'", '"': '"', "\\": "\\" })[c]);
+  return quoted[3] ? `${text}…` : text;
+}
+
+/** A tool call's arguments as a list: each name, then its value as readable text. */
+function argumentList(args) {
+  return el(
+    "dl",
+    { class: "tool-args" },
+    ...Object.entries(args).flatMap(([key, value]) => [el("dt", {}, key), el("dd", {}, el("pre", {}, readable(value)))]),
+  );
+}
+
 /** One run: the prompt, then the agent's steps, the answer, errors and a footer. */
 class RunView {
   constructor(transcript, runId) {
@@ -53,7 +74,7 @@ class RunView {
     this.resultSeen = false;
     this.cancelled = false;
     this.lastText = null;
-    this.finalText = null;
+    this.texts = [];
     this.tools = [];
     this.todos = null;
     this.usage = null;
@@ -129,6 +150,7 @@ class RunView {
       // report each tool's end (python-agent-harness).
       this.settleTools("done");
       this.lastText = el("div", { class: "agent-text" });
+      this.texts.push(this.lastText);
       this.stepsEl.append(this.lastText);
     }
     this.lastText.textContent += text;
@@ -137,15 +159,16 @@ class RunView {
   toolCalls(calls) {
     for (const call of calls || []) {
       if (!call || typeof call.name !== "string") continue;
-      this.addTool(call.name, formatCall(call.name, call.args), "waiting");
+      this.addTool(call.name, formatCall(call.name, call.args), "waiting", call.args);
     }
   }
 
-  addTool(name, label, state) {
+  addTool(name, label, state, args = null) {
     const stateEl = el("span", { class: "tool-state" });
     const icon = el("span", { class: "spinner", "aria-hidden": "true" });
     const summary = el("summary", {}, icon, el("span", { class: "call", title: label }, label), stateEl);
-    const body = el("div", { class: "tool-body" }, el("pre", {}, label));
+    const details = args && Object.keys(args).length ? argumentList(args) : el("p", { class: "muted small" }, "No arguments shown.");
+    const body = el("div", { class: "tool-body" }, details);
     const element = el("details", { class: "tool", dataset: { tool: name } }, summary, body);
     const tool = { name, element, stateEl, icon, body, state: "" };
     this.tools.push(tool);
@@ -172,7 +195,7 @@ class RunView {
   }
 
   toolRunning(name) {
-    const tool = this.tools.find((t) => t.name === name && t.state === "waiting") || this.addTool(name, `${name}(…)`, "waiting");
+    const tool = this.tools.find((t) => t.name === name && t.state === "waiting") || this.addTool(name, name, "waiting");
     this.setToolState(tool, "running");
   }
 
@@ -182,7 +205,7 @@ class RunView {
     const declined = !data.ok && /declined by the user/i.test(summary);
     const tool =
       this.tools.find((t) => t.name === data.name && ["running", "waiting"].includes(t.state)) ||
-      this.addTool(data.name || "tool", `${data.name || "tool"}(…)`, "running");
+      this.addTool(data.name || "tool", data.name || "tool", "running");
     this.setToolState(tool, data.ok ? "ok" : declined ? "declined" : "error", summary);
   }
 
@@ -240,7 +263,6 @@ class RunView {
     this.resultSeen = true;
     this.cancelled = Boolean(event.cancelled);
     this.answerText = event.answer || "";
-    if (this.answerText && this.lastText) this.finalText = this.lastText;
     this.settleTools(this.cancelled ? "cancelled" : "done");
     if (event.usage) this.setUsage(event.usage);
     if (event.model) this.setStatus({ model: event.model });
@@ -259,11 +281,22 @@ class RunView {
     this.showAnswer();
   }
 
+  /**
+   * Show the rendered answer once, where it belongs. The answer repeats the streamed text
+   * of the last round: when that text is the run's last step it is replaced by the
+   * rendered answer; when other steps followed it (a run cancelled while it waited for an
+   * approval) the text stays where it is and the answer is not shown a second time.
+   */
   showAnswer() {
     if (!this.answerHtml) return;
     this.answerEl.innerHTML = this.answerHtml; // rendered from Markdown and sanitized by PAW (nh3)
     this.answerEl.hidden = false;
-    if (this.finalText) this.finalText.hidden = true;
+    if (!this.resultSeen) return; // the run's lines are still being replayed
+    const last = this.texts[this.texts.length - 1];
+    for (const text of this.texts) text.hidden = false;
+    if (!last || last.textContent.trim() !== this.answerText.trim()) return;
+    if (last === this.lastText) last.hidden = true;
+    else this.answerEl.hidden = true;
   }
 }
 
@@ -300,6 +333,7 @@ export class Transcript {
       const view = this.run(run.id);
       view.setPrompt(run.prompt);
       view.setStatus(run);
+      view.answerText = run.answer || "";
       if (!view.active && run.answer_html) view.setAnswerHtml(run.answer_html);
     }
   }
