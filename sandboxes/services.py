@@ -141,18 +141,25 @@ def approval_answer_dispatch(*, approval_id: uuid.UUID) -> None:
         approval_answer.apply_async(args=[str(approval_id)], queue=node_queue(node))
 
 
-def sandbox_stop_for_conversation(*, conversation_id: uuid.UUID) -> None:
+def sandbox_stop_for_conversation(*, conversation_id: uuid.UUID, node: str | None = None) -> None:
     """Ask the node owning the conversation's sandbox to shut it down (and to remove the
-    workspace if the conversation is gone). No-op when no live sandbox exists."""
+    workspace if the conversation is gone). No-op when no live sandbox exists. With
+    ``node``, that node is asked whatever the rows say (one whose row was closed as stale:
+    the owner of the conversation's live row is then another node, which must be left be)."""
     from sandboxes.tasks import sandbox_stop
 
-    nodes = set(
+    nodes = {node} if node else _live_sandbox_nodes(conversation_id)
+    for owner in nodes:
+        sandbox_stop.apply_async(args=[str(conversation_id)], queue=node_queue(owner))
+
+
+def _live_sandbox_nodes(conversation_id: uuid.UUID) -> set[str]:
+    """The nodes holding a live sandbox row of the conversation."""
+    return set(
         Sandbox.objects.filter(
             conversation_id=conversation_id, state__in=Sandbox.LIVE_STATES
         ).values_list("node", flat=True)
     )
-    for node in nodes:
-        sandbox_stop.apply_async(args=[str(conversation_id)], queue=node_queue(node))
 
 
 # --- on the owning node -------------------------------------------------------------------
@@ -245,8 +252,11 @@ def sandbox_spawn(
             row.stopped_at = timezone.now()
             row.save(update_fields=["state", "stopped_at"])
             if row.node != node.name:
+                # Only that node: the live row is ours now, and our new sandbox must stay.
                 transaction.on_commit(
-                    lambda: sandbox_stop_for_conversation(conversation_id=conversation_id)
+                    lambda stale_node=row.node: sandbox_stop_for_conversation(
+                        conversation_id=conversation_id, node=stale_node
+                    )
                 )
         row = Sandbox.objects.create(
             conversation_id=conversation_id,

@@ -77,15 +77,31 @@ def scripted_model() -> Iterator[ScriptedModel]:
 
 
 class WorkerNode:
-    """A real Celery worker process; ``use(command, **env)`` (re)starts it as needed."""
+    """A real Celery worker process; ``use(command, **env)`` (re)starts it as needed.
 
-    def __init__(self, database_url: str, model: ScriptedModel) -> None:
+    ``name`` is its node name (``PAW_NODE_NAME``, default this session's; its own
+    ``sandbox.<name>`` queue) and ``concurrency`` its number of threads."""
+
+    def __init__(
+        self,
+        database_url: str,
+        model: ScriptedModel,
+        *,
+        name: str | None = None,
+        concurrency: int = 8,
+    ) -> None:
         self.database_url = database_url
         self.model = model
-        self.name = settings.PAW_NODE_NAME
+        self.name = name or settings.PAW_NODE_NAME
+        self.concurrency = concurrency
         self.config: tuple | None = None
         self.process = None
         self._stack = ExitStack()
+
+    @property
+    def hostname(self) -> str:
+        """The Celery hostname of the node (``paw@<name>``)."""
+        return f"paw@{self.name}"
 
     def use(self, command: str = PAW_AGENT, **env: str) -> WorkerNode:
         config = (command, tuple(sorted(env.items())))
@@ -101,11 +117,13 @@ class WorkerNode:
 
         argv = [
             PYTHON, "-m", "celery", "-A", "paw_project", "worker", "--pool", "threads",
-            "--concurrency", "8", "-n", f"paw@{self.name}", "-Q", ",".join(node_queues(self.name)),
+            "--concurrency", str(self.concurrency), "-n", self.hostname,
+            "-Q", ",".join(node_queues(self.name)),
             "--loglevel", "INFO", "--without-mingle", "--without-gossip",
         ]  # fmt: skip
         env = {
             "PAW_DATABASE_URL": self.database_url,
+            "PAW_NODE_NAME": self.name,
             "PAW_HARNESS_CMD": command,
             "PAW_LLM_BASE_URL": self.model.base_url,
             "PAW_LLM_API_KEY": SCRIPTED_API_KEY,
@@ -117,10 +135,10 @@ class WorkerNode:
         self._stack = ExitStack()
         self.process = self._stack.enter_context(child_process(argv, env=env))
         deadline = time.monotonic() + 60
-        while not app.control.ping(destination=[f"paw@{self.name}"], timeout=0.5):
+        while not app.control.ping(destination=[self.hostname], timeout=0.5):
             if self.process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(
-                    f"the test Celery worker did not start:\n{output_of(self.process)}"
+                    f"worker node {self.name} did not start:\n{output_of(self.process)}"
                 )
 
     def output(self) -> str:

@@ -17,6 +17,10 @@ workspace) at start and again for every submit, so one worker serves every mode.
   answer, then writes it back as a delta and finishes; on ``confirm`` an approval is
   followed by a ``tool_calls`` line for ``shell`` (what a well-behaved runtime does).
 - ``lying``: writes a ``tool_calls`` line for ``shell`` without asking first.
+- ``stubborn``: on submit starts ``sleep 300`` in a session of its own (its pid in the
+  file ``stubborn.pid``), then streams a delta every 0.1 s for ever: ``cancel`` and
+  ``shutdown`` are ignored (noted once on stderr: "ignoring cancel"), so only a kill
+  ends it.
 
 Speaks just enough of protocol v1 (PROTOCOL.md) for that; like a real runtime, it reads
 ops on a separate thread so a cancel is seen during a run.
@@ -24,9 +28,11 @@ ops on a separate thread so a cancel is seen during a run.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import queue
+import subprocess
 import sys
 import threading
 import time
@@ -127,6 +133,27 @@ def flood(run_id: str, count: int, delay: float, *, timed: bool = False) -> None
     result(run_id, count + 2, f"sent {count}")
 
 
+def stubborn(run_id: str) -> None:
+    """Stream until killed, whatever the host says; leave a detached child behind."""
+    child = subprocess.Popen(
+        ["sleep", "300"],
+        start_new_session=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    with open("stubborn.pid", "w") as f:
+        f.write(str(child.pid))
+    noted = False
+    for n in itertools.count(2):
+        if CANCELLED.is_set() and not noted:
+            sys.stderr.write("ignoring cancel\n")
+            sys.stderr.flush()
+            noted = True
+        out({"seq": n, "type": "delta", "text": f"{n} ", "run_id": run_id})
+        time.sleep(0.1)
+
+
 def main() -> None:
     mode = read_mode()[0]
     if mode == "silent":
@@ -166,6 +193,8 @@ def main() -> None:
             sys.stderr.write("boom\n")
             sys.stderr.flush()
             os._exit(3)
+        elif words[0] == "stubborn":
+            stubborn(run_id)
         elif words[0] in ("flood", "timed"):
             delay = float(words[2]) if len(words) > 2 else 0.0
             flood(run_id, int(words[1]), delay, timed=words[0] == "timed")

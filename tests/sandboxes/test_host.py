@@ -10,6 +10,7 @@ from conversations.workspaces import workspace_ensure
 from sandboxes.models import Sandbox
 from tests.factories import ConversationFactory
 from tests.live import GroupListener, wait_for
+from tests.sandboxes.observe import finished
 from tests.support import PYTHON, ROOT
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -27,11 +28,6 @@ def start_with_mode(mode: str, prompt: str = "go"):
     (workspace_ensure(conversation.id) / "fake_mode").write_text(mode)
     run = run_start(user=conversation.user, conversation_id=conversation.id, prompt=prompt)
     return conversation, run
-
-
-def finished(run_id):
-    run = Run.objects.get(id=run_id)
-    return run if run.status in Run.FINISHED_STATUSES else None
 
 
 def test_an_unknown_protocol_version_fails_the_run_with_a_clear_error(fake_worker):

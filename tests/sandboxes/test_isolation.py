@@ -5,7 +5,6 @@ workspace, and it cannot write outside its own workspace."""
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 from django.conf import settings
@@ -16,13 +15,10 @@ from conversations.workspaces import workspace_ensure
 from tests.conftest import SCRIPTED_API_KEY
 from tests.factories import ConversationFactory
 from tests.live import wait_for
+from tests.sandboxes.conftest import require_bubblewrap
 from tests.support import ROOT
 
-pytestmark = [
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.slow,
-    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed"),
-]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 PROBE = """
 import json, os
@@ -55,6 +51,7 @@ print("probed")
 def test_run_python_cannot_reach_the_servers_files_or_another_workspace(
     worker_node, scripted_model
 ):
+    require_bubblewrap()  # fails (skips only with PAW_TEST_ALLOW_NO_BWRAP=1) without it
     worker_node.use("paw-agent serve", PAW_SANDBOX_ISOLATION="bwrap")
     var_dir = settings.VAR_DIR
     (var_dir / "secret_key").write_text("server-secret-key")

@@ -15,6 +15,12 @@ from sandboxes.models import Sandbox
 from tests.conftest import HARNESS, PAW_AGENT, SCRIPTED_API_KEY
 from tests.factories import ConversationFactory
 from tests.live import GroupListener, wait_for
+from tests.sandboxes.observe import (
+    finished,
+    marked_processes,
+    process_alive,
+    process_start_time,
+)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -27,11 +33,6 @@ def runtime(request):
 @pytest.fixture
 def worker(worker_node, runtime):
     return worker_node.use(runtime)
-
-
-def finished(run_id):
-    run = Run.objects.get(id=run_id)
-    return run if run.status in Run.FINISHED_STATUSES else None
 
 
 def test_a_run_end_to_end_is_stored_with_increasing_cursors_and_sent_live(worker, scripted_model):
@@ -76,29 +77,6 @@ def sandbox_pids(conversation):
     )
 
 
-def process_alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
-def marked_processes(sandbox_id) -> list[int]:
-    """Processes (anywhere on the machine) carrying the sandbox's environment marker."""
-    needle = f"PAW_SANDBOX_ID={sandbox_id}".encode()
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/environ", "rb") as f:
-                    if needle in f.read().split(b"\0"):
-                        found.append(int(entry))
-            except OSError:
-                continue
-    return found
-
-
 def model_saw(scripted_model, text: str) -> bool:
     return any(
         text in json.dumps(entry["body"].get("messages", [])) for entry in scripted_model.log
@@ -117,12 +95,17 @@ def test_second_run_reuses_the_process_and_the_agent_remembers_the_first(worker,
         prompt="My favourite colour is teal.",
     )
     assert wait_for(lambda: finished(first.id)).status == Run.Status.DONE
+    sandbox = Sandbox.objects.get(conversation=conversation)
+    started = process_start_time(sandbox.pid)
+    assert started is not None and sandbox.pid in marked_processes(sandbox.id)
     scripted_model.clear_log()
     second = run_start(
         user=conversation.user, conversation_id=conversation.id, prompt="What is my colour?"
     )
     assert wait_for(lambda: finished(second.id)).status == Run.Status.DONE
-    assert len(sandbox_pids(conversation)) == 1  # the same process served both runs
+    # The same process served both runs: one sandbox, same pid, same start time.
+    assert sandbox_pids(conversation) == [sandbox.pid]
+    assert process_start_time(sandbox.pid) == started
     assert model_saw(scripted_model, "My favourite colour is teal.")
 
 
@@ -219,15 +202,25 @@ def test_an_idle_sandbox_is_shut_down_after_its_ttl(worker_node, runtime, script
 def test_the_least_recently_used_idle_sandbox_is_evicted_at_capacity(
     worker_node, runtime, scripted_model
 ):
-    worker_node.use(runtime, PAW_MAX_SANDBOXES_PER_NODE="1")
+    worker_node.use(runtime, PAW_MAX_SANDBOXES_PER_NODE="2")
     scripted_model.load({"api_key": SCRIPTED_API_KEY, "untooled": "Title", "fallback": "Hi."})
-    a, b = ConversationFactory(), ConversationFactory()
-    run_a = run_start(user=a.user, conversation_id=a.id, prompt="First")
-    assert wait_for(lambda: finished(run_a.id)).status == Run.Status.DONE
-    run_b = run_start(user=b.user, conversation_id=b.id, prompt="Second")
-    assert wait_for(lambda: finished(run_b.id)).status == Run.Status.DONE
-    assert Sandbox.objects.get(conversation=a).state == Sandbox.State.STOPPED
-    assert Sandbox.objects.get(conversation=b).state == Sandbox.State.READY
+    a, b, c = ConversationFactory(), ConversationFactory(), ConversationFactory()
+
+    def run_in(conversation) -> Sandbox:
+        run = run_start(user=conversation.user, conversation_id=conversation.id, prompt="Hi")
+        assert wait_for(lambda: finished(run.id)).status == Run.Status.DONE
+        return Sandbox.objects.get(conversation=conversation, state__in=Sandbox.LIVE_STATES)
+
+    sandbox_a, sandbox_b = run_in(a), run_in(b)
+    assert run_in(a).id == sandbox_a.id  # A is used again after B: B is now the older one
+    sandbox_c = run_in(c)
+
+    sandbox_b.refresh_from_db()
+    assert sandbox_b.state == Sandbox.State.STOPPED
+    assert not process_alive(sandbox_b.pid) and marked_processes(sandbox_b.id) == []
+    for kept in (sandbox_a, sandbox_c):
+        kept.refresh_from_db()
+        assert kept.state == Sandbox.State.READY and process_alive(kept.pid)
 
 
 def test_a_killed_runtime_fails_its_run_and_the_next_run_respawns_with_history(
