@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.contrib.auth.models import AbstractUser
 from django.db import models
+from django.db.models.functions import Lower
 
 
 class User(AbstractUser):
@@ -17,3 +18,7 @@ class User(AbstractUser):
 
     class Meta(AbstractUser.Meta):
         swappable = "AUTH_USER_MODEL"
+        constraints = [
+            # "Alice" and "alice" are one person, also when both register at once.
+            models.UniqueConstraint(Lower("username"), name="username_unique_ignoring_case")
+        ]

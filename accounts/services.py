@@ -35,8 +35,11 @@ def user_register(*, username: str, password: str, email: str = "") -> User:
     ``username`` must already satisfy the model's validators (the API serializer checks
     them). Raises ``InvalidRequest`` (400, ``password_invalid``) when Django's password
     validators refuse ``password``, ``Conflict`` (409, ``username_taken``) when the name is
-    in use (case-insensitively, so ``Alice`` and ``alice`` are not two people).
+    in use (case-insensitively, so ``Alice`` and ``alice`` are not two people; a database
+    constraint holds it under concurrent registrations). The name is NFKC-normalized first.
     """
+    # NFKC, as Django's own forms do: "ａｌｉｃｅ" (full width) is "alice".
+    username = User.normalize_username(username)
     user = User(username=username, email=User.objects.normalize_email(email))
     _password_check(password, user, "password")
     user.set_password(password)

@@ -15,11 +15,13 @@ from django.contrib.auth.validators import UnicodeUsernameValidator
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils.decorators import method_decorator
 from django.views.decorators.debug import sensitive_post_parameters
 
 from accounts import services
 from accounts.models import User
 from paw_project.errors import DomainError
+from paw_project.security import content_security_policy
 from paw_project.throttles import AuthThrottle
 
 #: The backend a freshly registered user is signed in with (the lockout backend first in
@@ -27,11 +29,34 @@ from paw_project.throttles import AuthThrottle
 SESSION_BACKEND = "django.contrib.auth.backends.ModelBackend"
 
 
+def throttled(request: HttpRequest) -> int | None:
+    """Seconds to wait when the client address is over ``PAW_THROTTLE_AUTH`` (the same
+    per-address limit as the API's sign-in and registration), else ``None``."""
+    throttle = AuthThrottle()
+    if throttle.allow_request(request, None):
+        return None
+    return int(throttle.wait() or 60)
+
+
+@method_decorator(content_security_policy, name="dispatch")
 class LoginPage(auth_views.LoginView):
-    """``/accounts/login/``: username and password; an account already signed in goes on."""
+    """``/accounts/login/``: username and password; an account already signed in goes on.
+    Attempts count against ``PAW_THROTTLE_AUTH`` per client address (429 past it), on top
+    of the lockout of a username and address after repeated failures."""
 
     template_name = "accounts/login.html"
     redirect_authenticated_user = True
+
+    def post(self, request, *args, **kwargs):
+        wait = throttled(request)
+        if wait is None:
+            return super().post(request, *args, **kwargs)
+        form = self.get_form()
+        form.errors.clear()
+        form.add_error(None, f"Too many sign-in attempts from your address; try again in {wait} s.")
+        response = self.render_to_response(self.get_context_data(form=form), status=429)
+        response["Retry-After"] = str(wait)
+        return response
 
     def get_context_data(self, **kwargs):
         context = super().get_context_data(**kwargs)
@@ -86,6 +111,7 @@ class RegisterForm(forms.Form):
         return data
 
 
+@content_security_policy
 @sensitive_post_parameters("password", "password_again")
 def register_page(request: HttpRequest) -> HttpResponse:
     """``/accounts/register/``: create an account and sign in (403 page when
@@ -98,9 +124,8 @@ def register_page(request: HttpRequest) -> HttpResponse:
     form = RegisterForm(request.POST or None)
     status = 200
     if request.method == "POST":
-        throttle = AuthThrottle()
-        if not throttle.allow_request(request, None):
-            wait = int(throttle.wait() or 60)
+        wait = throttled(request)
+        if wait is not None:
             form.add_error(None, f"Too many attempts from your address; try again in {wait} s.")
             response = render(request, "accounts/register.html", {"form": form}, status=429)
             response["Retry-After"] = str(wait)

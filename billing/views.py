@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from billing.charts import daily_bar_chart
 from billing.selectors import day_start, next_month_start, usage_report
+from paw_project.security import content_security_policy
 
 _MONTH = re.compile(r"^(\d{4})-(\d{2})$")
 
@@ -24,6 +25,7 @@ def _month(value: str | None) -> date:
     return timezone.now().astimezone(UTC).date().replace(day=1)
 
 
+@content_security_policy
 @login_required
 def usage_page(request: HttpRequest) -> HttpResponse:
     """``/usage/[?month=YYYY-MM]``: the signed-in person's tokens of one calendar month

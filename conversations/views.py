@@ -16,6 +16,7 @@ from django.views.decorators.csrf import ensure_csrf_cookie
 
 from conversations.selectors.conversations import conversation_get
 from paw_project.errors import NotFound
+from paw_project.security import content_security_policy
 from secrets_vault.providers import DEMO_PROVIDER_NAME
 
 
@@ -30,6 +31,7 @@ def chat_config(request: HttpRequest, conversation_id: UUID | None) -> dict:
     }
 
 
+@content_security_policy
 @login_required
 @ensure_csrf_cookie
 def chat(request: HttpRequest, conversation_id: UUID | None = None) -> HttpResponse:

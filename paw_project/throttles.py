@@ -7,6 +7,8 @@ gets 429 ``throttled`` with ``Retry-After`` (seconds).
 - :class:`RunsThrottle`: run starts per user (``PAW_THROTTLE_RUNS``).
 - :class:`AuthThrottle`: register, token and refresh per client IP (``PAW_THROTTLE_AUTH``).
 - :class:`UploadsThrottle`: file uploads per user (``PAW_THROTTLE_UPLOADS``).
+- :class:`PasswordThrottle`: password changes per user (``PAW_THROTTLE_AUTH``): a stolen
+  access token cannot be used to guess the current password at speed.
 """
 
 from __future__ import annotations
@@ -50,6 +52,13 @@ class UploadsThrottle(_PerUserThrottle):
 
     scope = "uploads"
     rate_setting = "PAW_THROTTLE_UPLOADS"
+
+
+class PasswordThrottle(_PerUserThrottle):
+    """Password changes per user (``PAW_THROTTLE_AUTH``, default ``10/min``)."""
+
+    scope = "password"
+    rate_setting = "PAW_THROTTLE_AUTH"
 
 
 class AuthThrottle(_SettingRateThrottle):

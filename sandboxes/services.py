@@ -419,10 +419,22 @@ def nodes_reap() -> dict[str, int]:
             runs += 1
     if lost:
         WorkerNode.objects.filter(name__in=lost).update(stopped_at=timezone.now())
-    requeued = 0
-    for run_id in Run.objects.filter(
-        status=Run.Status.QUEUED, created_at__lt=timezone.now() - timedelta(seconds=60)
-    ).values_list("id", flat=True):
-        run_enqueue(run_id=run_id)
-        requeued += 1
+    requeued = runs_requeue(older_than_seconds=60)
     return {"nodes": len(lost), "sandboxes": sandboxes, "runs": runs, "requeued": requeued}
+
+
+def runs_requeue(*, older_than_seconds: float) -> int:
+    """Enqueue again every run still ``queued`` after ``older_than_seconds`` (its task may
+    be lost: dispatch is idempotent, so a duplicate does no harm). Returns how many.
+
+    The reaper uses a minute; an embedded PAW starting up uses 0, because its in-memory
+    broker lost every task of the process before it."""
+    cutoff = timezone.now() - timedelta(seconds=older_than_seconds)
+    run_ids = list(
+        Run.objects.filter(status=Run.Status.QUEUED, created_at__lte=cutoff).values_list(
+            "id", flat=True
+        )
+    )
+    for run_id in run_ids:
+        run_enqueue(run_id=run_id)
+    return len(run_ids)

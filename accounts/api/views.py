@@ -16,7 +16,7 @@ from accounts import services
 from accounts.models import User
 from paw_project.api import StrictSerializer, error_responses
 from paw_project.errors import Forbidden
-from paw_project.throttles import AuthThrottle
+from paw_project.throttles import AuthThrottle, PasswordThrottle
 
 
 class TokenPairOutput(serializers.Serializer):
@@ -118,6 +118,8 @@ class LogoutApi(APIView):
 
 
 class PasswordChangeApi(APIView):
+    throttle_classes = (AuthThrottle, PasswordThrottle)
+
     class InputSerializer(StrictSerializer):
         old_password = serializers.CharField(max_length=4096, trim_whitespace=False)
         new_password = serializers.CharField(max_length=4096, trim_whitespace=False)
@@ -125,11 +127,11 @@ class PasswordChangeApi(APIView):
     @extend_schema(
         operation_id="auth_password_change",
         request=InputSerializer,
-        responses={200: TokenPairOutput, **error_responses(400, 403)},
+        responses={200: TokenPairOutput, **error_responses(400, 403, 429)},
     )
     def post(self, request: Request) -> Response:
-        """Change the password. Every earlier token stops working; the answer is a new pair
-        (a session caller stays logged in)."""
+        """Change the password (throttled per user and per client address). Every earlier
+        token stops working; the answer is a new pair (a session caller stays logged in)."""
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         pair = services.user_password_change(user=request.user, **data.validated_data)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import mimetypes
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import BinaryIO
 from uuid import UUID
 
@@ -47,14 +47,32 @@ class OpenArtifact:
     content_type: str
 
 
+#: Seconds after an upload was recorded within which its file's modification time still
+#: counts as the upload's own (the file is written just before the record).
+UPLOAD_MTIME_SLACK = timedelta(seconds=2)
+
+
 def artifact_list(*, user: User, conversation_id: UUID | str) -> list[Artifact]:
     """The artifacts of the user's conversation, recursively, sorted by path: every regular
-    file of the workspace except the uploads (top-level files named like a
-    :class:`ConversationFile`) and the runtime's private dot-folders. Raises ``NotFound``."""
+    file of the workspace except the uploads as they were uploaded (top-level files named
+    like a :class:`ConversationFile`, of its size, not modified since) and the runtime's
+    private dot-folders. An upload the agent rewrote is listed: it is the agent's work now.
+    Raises ``NotFound``."""
     conversation = conversation_get(user=user, conversation_id=conversation_id)
-    uploads = set(
-        ConversationFile.objects.filter(conversation=conversation).values_list("name", flat=True)
-    )
+    uploads = {
+        name: (size, created)
+        for name, size, created in ConversationFile.objects.filter(
+            conversation=conversation
+        ).values_list("name", "size", "created_at")
+    }
+
+    def as_uploaded(entry) -> bool:
+        upload = uploads.get(entry.path)
+        if upload is None:
+            return False
+        size, created = upload
+        return entry.size == size and entry.modified <= created + UPLOAD_MTIME_SLACK
+
     return [
         Artifact(
             path=entry.path,
@@ -63,7 +81,7 @@ def artifact_list(*, user: User, conversation_id: UUID | str) -> list[Artifact]:
             content_type=content_type_for(entry.path),
         )
         for entry in workspace_files(conversation.id)
-        if entry.path not in uploads
+        if not as_uploaded(entry)
     ]
 
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
+from django.db import connection
 from django.test import override_settings
 from rest_framework.test import APIClient
 
@@ -64,6 +67,46 @@ def test_register_taken_username_is_409_case_insensitively(user):
     )
     assert response.status_code == 409
     assert response.json()["code"] == "username_taken"
+
+
+def test_register_a_full_width_twin_of_a_taken_name_is_409(user):
+    """Names are NFKC-normalized (as Django's forms do): "ａｌｉｃｅ" is "alice"."""
+    response = APIClient().post(
+        "/api/auth/register", {"username": "ａｌｉｃｅ", "password": PASSWORD}, format="json"
+    )
+    assert response.status_code == 409
+    assert response.json()["code"] == "username_taken"
+    assert User.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_registrations_differing_in_case_make_one_account():
+    """The check before the insert can race; the database's case-insensitive constraint
+    cannot: exactly one of four simultaneous registrations wins, the others get 409."""
+    from accounts.services import user_register
+    from paw_project.errors import Conflict
+
+    names = ["Racer", "racer", "RACER", "rAcer"]
+    barrier = threading.Barrier(len(names))
+    outcomes: list[str] = []
+
+    def register(name: str) -> None:
+        barrier.wait()
+        try:
+            user_register(username=name, password=PASSWORD)
+            outcomes.append("created")
+        except Conflict as error:
+            outcomes.append(error.code)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=register, args=(name,)) for name in names]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert sorted(outcomes) == ["created"] + ["username_taken"] * 3
+    assert User.objects.filter(username__iexact="racer").count() == 1
 
 
 @pytest.mark.parametrize(
@@ -308,6 +351,22 @@ def test_auth_endpoints_are_throttled_per_ip_with_retry_after(user):
         assert response.status_code == 429, path
         assert response.json()["code"] == "throttled"
         assert 0 < int(response["Retry-After"]) <= 60
+
+
+@override_settings(PAW_THROTTLE_AUTH="2/min")
+def test_password_guesses_with_a_stolen_token_are_throttled_per_user(user):
+    client = api_client_for(user)
+    body = {"old_password": "guess", "new_password": "another long passphrase 7"}
+    for address in ("198.51.100.1", "198.51.100.2"):
+        response = client.post("/api/auth/password", body, format="json", REMOTE_ADDR=address)
+        assert response.status_code == 400
+    # A third guess, even from a third address, waits: the limit is the user's.
+    response = client.post("/api/auth/password", body, format="json", REMOTE_ADDR="198.51.100.3")
+    assert response.status_code == 429
+    assert response.json()["code"] == "throttled"
+    assert int(response["Retry-After"]) > 0
+    user.refresh_from_db()
+    assert user.check_password(PASSWORD)
 
 
 @override_settings(PAW_THROTTLE_AUTH="1/min")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 
 import pytest
 
@@ -64,6 +65,22 @@ def test_list_is_recursive_and_leaves_out_uploads_private_parts_and_escapes(
     assert items["charts/tips.png"]["content_type"] == "image/png"
     assert items["report.csv"]["size"] == 8
     assert items["report.csv"]["modified"]
+
+
+def test_an_upload_the_agent_rewrote_is_listed_as_its_artifact(api, conversation, workspace):
+    """Same name, other bytes: the agent's chart.png over an upload named chart.png is what
+    the workspace holds now, so it is listed (and an untouched upload still is not)."""
+    (workspace / "uploaded.csv").write_text("the agent's rewrite, longer")
+    items = {item["path"]: item for item in api.get(url(conversation)).json()}
+    assert items["uploaded.csv"]["size"] == len("the agent's rewrite, longer")
+
+
+def test_an_upload_rewritten_to_the_same_size_later_is_listed(api, conversation, workspace):
+    upload = ConversationFile.objects.get(conversation=conversation)
+    (workspace / "uploaded.csv").write_text("USER DATA")  # 9 bytes, like the upload
+    later = (upload.created_at + timedelta(seconds=30)).timestamp()
+    os.utime(workspace / "uploaded.csv", (later, later))
+    assert "uploaded.csv" in {item["path"] for item in api.get(url(conversation)).json()}
 
 
 def test_empty_or_missing_workspace_lists_nothing(api, conversation):

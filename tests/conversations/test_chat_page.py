@@ -28,9 +28,14 @@ TIPS = ROOT / "sample_data" / "tips.csv"
 ASK_DEMO = "average tip by day, as a spreadsheet and a chart"
 
 
-def assert_no_page_errors(session) -> None:
-    """No script error and no failed request in the page's console."""
-    problems = [line for line in session.console if line.startswith(("pageerror", "error"))]
+def assert_no_page_errors(session, allow: tuple[str, ...] = ()) -> None:
+    """No script error, failed request or refused content in the page's console (but
+    lines naming one of ``allow``)."""
+    problems = [
+        line
+        for line in session.console
+        if line.startswith(("pageerror", "error")) and not any(a in line for a in allow)
+    ]
     assert problems == [], problems
 
 
@@ -431,6 +436,28 @@ def test_the_first_message_starts_a_conversation_and_names_it(
     page.locator(".answer", has_text="Hello there.").wait_for()
     page.locator("#conversation-list a[aria-current=page]", has_text="Say hello").wait_for()
     assert page.locator("#conversation-title").inner_text() == "Say hello"
+
+
+def test_the_pages_forbid_inline_script_and_outside_sources(browser_session, alice):
+    """The Content-Security-Policy the pages carry, and that the page works under it."""
+    browser_session.sign_in_as(alice)
+    page = browser_session.page
+    response = page.goto(browser_session.url("/"))
+    policy = response.headers["content-security-policy"]
+    assert "script-src 'self'" in policy and "frame-ancestors 'none'" in policy
+    page.wait_for_selector("#model-picker optgroup", state="attached")  # the modules ran
+    blocked = page.evaluate(
+        """() => new Promise((resolve) => {
+            document.addEventListener("securitypolicyviolation", (e) => resolve(e.violatedDirective));
+            const script = document.createElement("script");
+            script.textContent = "window.injected = true";
+            document.body.append(script);
+            setTimeout(() => resolve(null), 1000);
+        })"""
+    )
+    assert blocked == "script-src-elem"
+    assert page.evaluate("window.injected") is None
+    assert_no_page_errors(browser_session, allow=("Content Security Policy",))
 
 
 def test_another_users_conversation_is_not_found(browser_session, alice, make_user):

@@ -184,6 +184,47 @@ def test_embedded_paw_does_the_offline_demo_end_to_end(tmp_path, migrated_sqlite
     assert "Offline demo: provider 'demo'" in output_of(paw)
 
 
+def _shell(env: dict[str, str], code: str) -> str:
+    """What ``manage.py shell -c code`` prints, against the database of ``env``."""
+    result = subprocess.run(
+        [PYTHON, "manage.py", "shell", "--no-imports", "-c", code],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return result.stdout.strip()
+
+
+def test_a_run_left_queued_by_a_stopped_embedded_paw_runs_at_the_next_start(
+    tmp_path, migrated_sqlite
+):
+    """Its task died with the in-memory broker: the next start hands the run over at once,
+    not a minute later when the reaper would."""
+    process, port = embedded_paw(tmp_path, migrated_sqlite)
+    env = embedded_env(tmp_path / "var", tmp_path / "db" / "paw.sqlite3")
+    run_id = _shell(
+        env,
+        "from accounts.models import User\n"
+        "from conversations.models import Conversation, Run\n"
+        "user = User.objects.create_user('queued', password='a long passphrase 42')\n"
+        "conversation = Conversation.objects.create(user=user)\n"
+        "print(Run.objects.create(conversation=conversation, user=user, prompt='hello',"
+        " provider='demo', model='scripted-demo').id)",
+    )
+    status = "from conversations.models import Run\nprint(Run.objects.get(id='%s').status)"
+    with process as paw:
+        wait_http(f"http://127.0.0.1:{port}/healthz", process=paw)
+        deadline = time.monotonic() + 30  # well inside the reaper's minute
+        while (current := _shell(env, status % run_id)) not in ("done", "error", "cancelled"):
+            assert time.monotonic() < deadline, f"still {current}:\n{output_of(paw)}"
+            time.sleep(0.5)
+        assert current == "done", output_of(paw)
+    assert "re-sent 1 run(s) left queued by the previous start" in output_of(paw)
+
+
 def test_a_second_embedded_paw_on_the_same_var_dir_refuses_to_start(tmp_path, migrated_sqlite):
     process, port = embedded_paw(tmp_path, migrated_sqlite)
     with process as first:

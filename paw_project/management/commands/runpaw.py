@@ -227,6 +227,7 @@ class Command(BaseCommand):
         listened = interrupted = stopped = False
         try:
             worker.start()
+            self._requeue_lost_runs()
             listened = serve(host, port)
         except KeyboardInterrupt:  # Ctrl-C before the server took over the signals
             interrupted = True
@@ -243,6 +244,15 @@ class Command(BaseCommand):
         if not stopped:
             raise CommandError(f"PAW stopped, but its worker did not finish within {grace:.0f} s.")
         self._say("PAW stopped.")
+
+    def _requeue_lost_runs(self) -> None:
+        """Runs left ``queued`` by a previous embedded process lost their task with its
+        in-memory broker: hand them to the worker at once (not after the reaper's minute)."""
+        from sandboxes.services import runs_requeue
+
+        count = runs_requeue(older_than_seconds=0)
+        if count:
+            logger.info("re-sent %d run(s) left queued by the previous start", count)
 
     def _child_commands(self, host: str, port: int) -> dict[str, list[str]]:
         python = sys.executable

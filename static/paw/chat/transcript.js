@@ -54,6 +54,13 @@ function readable(value) {
   return quoted[3] ? `${text}…` : text;
 }
 
+/** "the worker restarted" → "The worker restarted." (a message shown after a sentence). */
+function sentence(text) {
+  const trimmed = String(text).trim();
+  const capital = trimmed.charAt(0).toUpperCase() + trimmed.slice(1);
+  return /[.!?…:]$/.test(capital) ? capital : `${capital}.`;
+}
+
 /** A tool call's arguments as a list: each name, then its value as readable text. */
 function argumentList(args) {
   return el(
@@ -130,7 +137,7 @@ class RunView {
     this.errorsEl.replaceChildren(
       ...errors.map((error) => {
         const known = ERROR_TEXT[error.code];
-        const message = error.message && error.message !== known ? error.message : "";
+        const message = error.message && error.message !== known ? sentence(error.message) : "";
         return el("p", { class: "run-error", role: "alert" }, known || "Something went wrong.", message ? ` ${message}` : "");
       }),
     );
