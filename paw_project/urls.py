@@ -27,6 +27,7 @@ urlpatterns = [
     path("api/", include("billing.api.urls")),
     path("", include("conversations.urls")),
     path("", include("billing.urls")),
+    path("", include("secrets_vault.urls")),
     # Unknown API paths answer JSON, in DEBUG too, for every method (CSRF-exempt: it
     # changes nothing, and a CSRF refusal would answer an HTML page instead).
     re_path(r"^api/", csrf_exempt(not_found)),

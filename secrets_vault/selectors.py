@@ -117,8 +117,9 @@ def provider_default_configured() -> bool:
 
 def _key_missing_reason(key_name: str) -> str:
     return (
-        f"No {key_name} secret: add yours (Settings > Secrets, or PUT /api/secrets/{key_name} "
-        f'with {{"value": "..."}}) or ask an operator to add a global one.'
+        f"No {key_name} secret: add yours (the API keys page, /settings/keys/, or PUT "
+        f'/api/secrets/{key_name} with {{"value": "..."}}) or ask an operator to add a global '
+        "one."
     )
 
 

@@ -24,8 +24,9 @@ if TYPE_CHECKING:
     from conversations.models import Conversation
 
 NO_PROVIDER_MESSAGE = (
-    "No model provider is available to you. Add an API key as one of your secrets, e.g. "
-    'PUT /api/secrets/OPENAI_API_KEY with {"value": "sk-..."} (or ANTHROPIC_API_KEY, '
+    "No model provider is available to you. Add an API key as one of your secrets (the API "
+    'keys page, /settings/keys/, or PUT /api/secrets/OPENAI_API_KEY with {"value": "sk-..."}; '
+    "or ANTHROPIC_API_KEY, "
     "GEMINI_API_KEY, MISTRAL_API_KEY), or ask an operator to add a global key or a "
     "provider."
 )
