@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from django.contrib.auth import authenticate, password_validation
 from django.contrib.auth.models import update_last_login
 from django.core.exceptions import ValidationError
@@ -14,7 +16,10 @@ from rest_framework_simplejwt.utils import datetime_from_epoch
 
 from accounts.models import User
 from accounts.tokens import TOKEN_VERSION_CLAIM, PawRefreshToken
+from paw_project import broadcast
 from paw_project.errors import Conflict, InvalidRequest, Unauthenticated
+
+logger = logging.getLogger(__name__)
 
 
 def _password_check(password: str, user: User, field: str) -> None:
@@ -111,11 +116,25 @@ def auth_token_refresh(*, refresh: str) -> dict[str, str]:
         return auth_token_pair_for(user=user)
 
 
-def auth_tokens_revoke(*, user: User) -> None:
+def auth_tokens_revoke(*, user: User, sessions_too: bool = False) -> None:
     """Revoke every access and refresh token of ``user`` issued so far (bumps
-    ``token_version`` atomically in the database; ``user`` is refreshed)."""
+    ``token_version`` atomically in the database; ``user`` is refreshed), and, once that
+    is committed, close the user's websockets opened with a token (code 4401): a socket
+    of a revoked token must not go on streaming or deciding approvals. With
+    ``sessions_too`` (a password change, which ends the user's sessions) the sockets of
+    browser sessions close as well."""
     User.objects.filter(pk=user.pk).update(token_version=F("token_version") + 1)
     user.refresh_from_db(fields=["token_version"])
+    user_id = user.pk
+    transaction.on_commit(lambda: _sockets_close(user_id, sessions_too=sessions_too))
+
+
+def _sockets_close(user_id: int, *, sessions_too: bool) -> None:
+    message = {"type": "session.revoked", "sessions": sessions_too}
+    try:
+        broadcast.group_send(broadcast.user_group(user_id), message)
+    except Exception:  # the tokens are revoked either way; a socket's next act is refused
+        logger.exception("could not tell user %s's websockets of the revocation", user_id)
 
 
 def user_password_change(*, user: User, old_password: str, new_password: str) -> dict:
@@ -134,5 +153,5 @@ def user_password_change(*, user: User, old_password: str, new_password: str) ->
     with transaction.atomic():
         user.set_password(new_password)
         user.save(update_fields=["password"])
-        auth_tokens_revoke(user=user)
+        auth_tokens_revoke(user=user, sessions_too=True)
         return auth_token_pair_for(user=user)

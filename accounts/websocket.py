@@ -59,4 +59,5 @@ class JwtAuthMiddleware(BaseMiddleware):
         if token is not None:
             user = await database_sync_to_async(user_for_access_token)(token)
             scope["user"] = user or AnonymousUser()
+            scope["paw_auth"] = "jwt"  # revoking the user's tokens closes this socket
         return await super().__call__(scope, receive, send)

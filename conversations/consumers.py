@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import time
 from typing import Any
 from urllib.parse import parse_qs
@@ -35,7 +36,7 @@ from conversations.models import Approval, Conversation, Run, RunEvent
 from conversations.services import approvals as approval_services
 from conversations.services import events as event_services
 from conversations.services import runs as run_services
-from paw_project.broadcast import conversation_group
+from paw_project.broadcast import conversation_group, user_group
 from paw_project.errors import DomainError
 
 logger = logging.getLogger(__name__)
@@ -117,6 +118,9 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
         self.user = user
         self.conversation_id: UUID = conversation.id
         self.group = conversation_group(conversation.id)
+        self.user_group = user_group(user.pk)
+        # A logout or a password change (tokens revoked) closes the socket: session.revoked.
+        await self.channel_layer.group_add(self.user_group, self.channel_name)
         self._tokens = float(RATE_BURST)
         self._refilled = time.monotonic()
         # Join first, then read: nothing committed from here on can be missed.
@@ -127,7 +131,9 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
             await self.send_json(message)
         after = parse_qs(self.scope.get("query_string", b"").decode("latin-1")).get("after")
         if after:
-            await self._resume({"after": int(after[0]) if after[0].isdigit() else after[0]})
+            # ASCII digits only: str.isdigit() also takes "²", which int() refuses.
+            digits = re.fullmatch(r"[0-9]{1,19}", after[0])
+            await self._resume({"after": int(after[0]) if digits else after[0]})
         else:
             self._grace = asyncio.create_task(self._go_live_later())
 
@@ -147,6 +153,7 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
             grace.cancel()
         if self.group is not None:
             await self.channel_layer.group_discard(self.group, self.channel_name)
+            await self.channel_layer.group_discard(self.user_group, self.channel_name)
 
     # --- from the client ----------------------------------------------------------------
 
@@ -241,6 +248,13 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
                 if cursor <= self.cursor:
                     continue
             await self._send_event(event)
+
+    async def session_revoked(self, message: dict[str, Any]) -> None:
+        """The user's tokens were revoked (logout, password change): a socket opened with a
+        token closes with 4401; a browser session's too when its session ended with them
+        (a password change)."""
+        if self.scope.get("paw_auth") == "jwt" or message.get("sessions"):
+            await self.close(code=4401)
 
     async def conversation_message(self, message: dict[str, Any]) -> None:
         await self.send_json(message["message"])

@@ -63,3 +63,8 @@ def group_send(group: str, message: dict[str, Any]) -> None:
 def conversation_group(conversation_id: Any) -> str:
     """The channel-layer group of a conversation: ``conversation.<id>``."""
     return f"conversation.{conversation_id}"
+
+
+def user_group(user_id: Any) -> str:
+    """The channel-layer group of every websocket a user has open: ``user.<id>``."""
+    return f"user.{user_id}"

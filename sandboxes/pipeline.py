@@ -339,14 +339,16 @@ class EventPipeline:
             if run is None:
                 continue
             approval = approval_services.approval_create(run=run, data=data)
+            if approval.kind == Approval.Kind.CONFIRM and run.conversation.auto_approve:
+                # Decided at once: the tabs hear of the decision only, nobody is asked.
+                transaction.on_commit(lambda s=sandbox, a=approval.id: _auto_approve(s, a))
+                continue
             request = approval_services.approval_request_message(approval)
             transaction.on_commit(
                 lambda cid=run.conversation_id, message=request: event_services._safe(
                     event_services.message_publish, conversation_id=cid, message=message
                 )
             )
-            if approval.kind == Approval.Kind.CONFIRM and run.conversation.auto_approve:
-                transaction.on_commit(lambda s=sandbox, a=approval.id: _auto_approve(s, a))
         for sandbox, run_id, names in effects.gated:
             self._check_policy(sandbox, run_id, names)
         ended = {run_id for _, run_id, _ in effects.results}

@@ -14,6 +14,7 @@ channel-layer message it receives may contain a known secret value
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -63,6 +64,16 @@ def pytest_runtest_call(item: pytest.Item):
     result = yield
     leak_scan.SCAN.check()
     return result
+
+
+@pytest.fixture(autouse=True)
+def _own_channel_layer(settings):
+    """A channel layer of each test's own. channels-redis keeps asyncio locks on its layer
+    object; one left behind by a socket closed in an earlier test's (now closed) event
+    loop stalls every later receive of the process ("bound to a different event loop").
+    Channels builds a new layer whenever ``CHANNEL_LAYERS`` changes, so each test gets a
+    fresh one."""
+    settings.CHANNEL_LAYERS = copy.deepcopy(settings.CHANNEL_LAYERS)
 
 
 # --- The scripted model and the worker -----------------------------------------------------

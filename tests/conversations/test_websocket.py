@@ -299,11 +299,12 @@ async def test_cancel_from_the_socket_ends_the_run(fake_worker):
     run = await start(conversation)
     await receive_until(tab, lambda m: m["type"] == "run.status" and m["status"] == "running")
     await tab.send_json_to({"type": "run.cancel", "run_id": str(run.id)})
-    await receive_until(
-        tab, lambda m: m["type"] == "run.status" and m["status"] in ("cancelled", "error")
+    seen = await receive_until(
+        tab, lambda m: m["type"] == "run.status" and m["status"] in Run.FINISHED_STATUSES
     )
     await tab.disconnect()
-    assert (await finished_run(run)).status in (Run.Status.CANCELLED, Run.Status.ERROR)
+    assert seen[-1]["status"] == "cancelled", seen[-1]
+    assert (await finished_run(run)).status == Run.Status.CANCELLED
 
 
 async def close_code(conversation_id, headers, path_suffix="") -> int:
@@ -354,6 +355,53 @@ async def test_a_jwt_in_the_query_or_subprotocol_authenticates_integrations(db):
     # A revoked token (the user logged out everywhere) is refused.
     await database_sync_to_async(auth_tokens_revoke)(user=conversation.user)
     assert await close_code(conversation.id, origin, f"?token={token}") == 4401
+
+
+async def test_revoking_tokens_closes_the_sockets_opened_with_them(db):
+    """A logout (tokens revoked) closes the user's token sockets at once, before their next
+    message; the browser session's socket and other users' sockets stay. A password change
+    ends the sessions too, and closes their sockets."""
+    conversation = await database_sync_to_async(ConversationFactory)()
+    user = await database_sync_to_async(lambda: conversation.user)()
+    origin = [(b"origin", b"http://localhost")]
+
+    async def by_token():
+        token = (await database_sync_to_async(auth_token_pair_for)(user=user))["access"]
+        tab = WebsocketCommunicator(
+            application, f"/ws/conversations/{conversation.id}/?token={token}", origin
+        )
+        assert (await tab.connect())[0]
+        return tab
+
+    integration, browser = await by_token(), await connect(conversation)
+    other = await connect(await database_sync_to_async(ConversationFactory)())
+    await database_sync_to_async(auth_tokens_revoke)(user=user)
+    assert await integration.receive_output(timeout=5) == {"type": "websocket.close", "code": 4401}
+    for tab in (browser, other):
+        await tab.send_json_to({"type": "ping"})
+        assert await tab.receive_json_from() == {"type": "pong"}
+    integration = await by_token()
+    await database_sync_to_async(user.set_password)("a new long passphrase 42")
+    await database_sync_to_async(user.save)()
+    await database_sync_to_async(auth_tokens_revoke)(user=user, sessions_too=True)
+    for tab in (integration, browser):
+        assert await tab.receive_output(timeout=5) == {"type": "websocket.close", "code": 4401}
+    await other.send_json_to({"type": "ping"})
+    assert await other.receive_json_from() == {"type": "pong"}
+    await other.disconnect()
+
+
+async def test_a_cursor_in_other_digits_is_refused_not_a_crash(db):
+    conversation = await database_sync_to_async(ConversationFactory)()
+    for after in ("%C2%B2", "%D9%A3", "-1", "9" * 30):
+        tab = await connect(
+            conversation, path=f"/ws/conversations/{conversation.id}/?after={after}"
+        )
+        reply = await tab.receive_json_from()
+        assert (reply["type"], reply["code"]) == ("error", "invalid"), after
+        await tab.send_json_to({"type": "ping"})
+        assert await tab.receive_json_from() == {"type": "pong"}
+        await tab.disconnect()
 
 
 async def test_bad_messages_get_an_error_and_the_socket_stays_usable(db):

@@ -112,6 +112,12 @@ class RunView {
 
   /** A run's state (from the run list or a `run.status` message). */
   setStatus({ status, errors, usage, model, provider }) {
+    // Messages can cross (a "queued" announced after the worker's "starting"): a run
+    // never goes back, and an ended run stays ended.
+    const order = { queued: 0, starting: 1, running: 2 };
+    const ended = this.status && !(this.status in order);
+    const backwards = status in order && this.status in order && order[status] < order[this.status];
+    if (status && (ended || backwards)) status = undefined;
     if (status) {
       this.status = status;
       this.statusEl.textContent = STATUS_TEXT[status] || status;
