@@ -47,6 +47,8 @@ from stack import (
 )
 
 MEASURES = ["throughput", "latency", "warm", "concurrent", "cold", "memory"]
+#: Seconds a concurrent-run client waits for its run's result before it counts as stalled.
+STALL_SECONDS = 90
 FAKE = f"{sys.executable} {ROOT / 'tests' / 'runtimes' / 'fake_runtime.py'} serve"
 
 
@@ -224,19 +226,30 @@ async def concurrent(stack: Stack, count: int, lines: int = 500) -> dict:
     conversations = [await stack.conversation(f"timed {lines} 0.01") for _ in range(count)]
     delays: list[float] = []
     complete = 0
+    stalled: list[dict] = []
 
     async def follow(conversation: str, ready: asyncio.Event) -> None:
         nonlocal complete
+        got: list[dict] = []
 
         def measure(event: dict, received: float) -> None:
+            got.append(event)
             if event["event"]["type"] == "delta":
                 delays.append(received - float(event["event"]["text"].split("@")[1]))
 
         async with stack.socket(conversation) as ws:
             await ws.send(json.dumps({"type": "resume", "after": 0}))
             ready.set()
-            events = await until_result(ws, measure)
-        if numbers_in_order(events) == list(range(1, lines + 1)):
+            try:
+                # The runs stream for 5 s; a client still waiting long after lost something.
+                await asyncio.wait_for(until_result(ws, measure), timeout=STALL_SECONDS)
+            except TimeoutError:
+                stalled.append(
+                    {"conversation": conversation, "events": len(got),
+                     "last_cursor": got[-1]["cursor"] if got else 0}
+                )  # fmt: skip
+                return
+        if numbers_in_order(got) == list(range(1, lines + 1)):
             complete += 1
 
     readies = [asyncio.Event() for _ in conversations]
@@ -254,6 +267,7 @@ async def concurrent(stack: Stack, count: int, lines: int = 500) -> dict:
         "p99_ms": round(percentile(delays, 0.99) * 1000, 1),
         "max_ms": round(max(delays) * 1000, 1),
         "runs_complete_exactly_once_in_order": complete,
+        "stalled": stalled,
     }
 
 

@@ -15,6 +15,11 @@ it, and fills any gap from the database (cursors are allocated in commit order, 
 event below a live one is always stored already). A later ``resume`` replays from the
 cursor it names.
 
+A live connection that has been quiet for ``QUIET_CHECK_SECONDS`` since its last message
+compares its cursor with the conversation's once, and replays what it lacks: a message
+the channel layer dropped (it does for a channel over its capacity) is caught up at the
+latest then, even when it was the last one of a run.
+
 Close codes: 4401 not signed in, 4403 not the owner, 4404 no such conversation.
 """
 
@@ -50,6 +55,10 @@ RATE_PER_SECOND = 10.0
 REPLAY_PAGE = 500
 #: Seconds a new connection waits for the client's ``resume`` before going live.
 RESUME_GRACE = 1.0
+#: Seconds of quiet after which a live connection checks once that it has every stored
+#: event: the channel layer drops messages for a channel that is far behind (its capacity),
+#: and a dropped last message leaves no later cursor to reveal the gap.
+QUIET_CHECK_SECONDS = 2.0
 
 
 @database_sync_to_async
@@ -127,6 +136,9 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
         await self.channel_layer.group_add(self.group, self.channel_name)
         self.cursor = await _current_cursor(conversation.id)
         self.live = False  # events flow once the client said where it is (resume)
+        self._last_message = time.monotonic()
+        self._checked = False  # the quiet check ran since the last message
+        self._watch = asyncio.create_task(self._watch_quiet())
         for message in await _pending_state(conversation.id):
             await self.send_json(message)
         after = parse_qs(self.scope.get("query_string", b"").decode("latin-1")).get("after")
@@ -147,10 +159,30 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
             self.live = True
             await self._fill(until=None)
 
+    async def _watch_quiet(self) -> None:
+        """Ask for a catch-up check (through this consumer's own channel, so it runs in turn
+        with the other handlers) once per quiet spell."""
+        while True:
+            await asyncio.sleep(QUIET_CHECK_SECONDS / 2)
+            quiet = time.monotonic() - self._last_message >= QUIET_CHECK_SECONDS
+            if self.live and quiet and not self._checked:
+                self._checked = True
+                await self.channel_layer.send(self.channel_name, {"type": "catch.up"})
+
+    async def catch_up(self, message: dict[str, Any]) -> None:
+        """Replay stored events this connection lacks (see the module docstring)."""
+        if self.live and await _current_cursor(self.conversation_id) > self.cursor:
+            logger.info("websocket caught up on events it had not received")
+            await self._fill(until=None)
+
+    def _heard(self) -> None:
+        self._last_message = time.monotonic()
+        self._checked = False
+
     async def disconnect(self, code: int) -> None:
-        grace = getattr(self, "_grace", None)
-        if grace is not None:
-            grace.cancel()
+        for task in (getattr(self, "_grace", None), getattr(self, "_watch", None)):
+            if task is not None:
+                task.cancel()
         if self.group is not None:
             await self.channel_layer.group_discard(self.group, self.channel_name)
             await self.channel_layer.group_discard(self.user_group, self.channel_name)
@@ -237,6 +269,7 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
 
     async def conversation_events(self, message: dict[str, Any]) -> None:
         """Stored events, in cursor order: send what the client lacks, filling gaps."""
+        self._heard()
         if not self.live:
             return  # replayed from the database when the client resumes
         for event in message["events"]:
@@ -257,6 +290,7 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
             await self.close(code=4401)
 
     async def conversation_message(self, message: dict[str, Any]) -> None:
+        self._heard()
         await self.send_json(message["message"])
 
     async def _fill(self, *, until: int | None) -> None:

@@ -223,7 +223,9 @@ else:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "capacity": 1000, "expiry": 60},
+            # Messages waiting per channel before new ones are dropped (a websocket far
+            # behind; it catches up from the database, see conversations.consumers).
+            "CONFIG": {"hosts": [REDIS_URL], "capacity": 10_000, "expiry": 60},
         }
     }
     CACHES = {

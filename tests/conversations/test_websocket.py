@@ -391,6 +391,27 @@ async def test_revoking_tokens_closes_the_sockets_opened_with_them(db):
     await other.disconnect()
 
 
+async def test_an_event_whose_live_message_was_lost_still_reaches_a_live_client(db):
+    """The channel layer drops messages for a channel far behind; a dropped last message
+    leaves no later cursor to show the gap. Stored but never sent (what such a loss looks
+    like), the event still arrives, once the connection has been quiet a moment."""
+    from conversations.services.events import EventDraft, events_append
+
+    conversation = await database_sync_to_async(ConversationFactory)()
+    tab = await connect(conversation)
+    await tab.send_json_to({"type": "resume", "after": 0})
+    await tab.send_json_to({"type": "ping"})
+    assert await tab.receive_json_from() == {"type": "pong"}  # the resume is done: live
+    payload = {"type": "notice", "level": "info", "code": "lost", "message": "sent, then lost"}
+    draft = EventDraft(run_id=None, type="notice", kind="lost", payload=payload)
+    await database_sync_to_async(events_append)(conversation_id=conversation.id, drafts=[draft])
+    [message] = await receive_until(tab, lambda m: m["type"] == "run.event", timeout=10)
+    assert (message["cursor"], message["event"]) == (1, payload)
+    await tab.send_json_to({"type": "ping"})
+    assert await tab.receive_json_from() == {"type": "pong"}  # nothing sent twice
+    await tab.disconnect()
+
+
 async def test_a_cursor_in_other_digits_is_refused_not_a_crash(db):
     conversation = await database_sync_to_async(ConversationFactory)()
     for after in ("%C2%B2", "%D9%A3", "-1", "9" * 30):
