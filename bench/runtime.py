@@ -11,7 +11,9 @@ For ``paw-agent serve`` and ``python-agent-harness serve`` it measures:
 - per-round overhead: N runs of a prompt the model answers in one call, each timed from
   writing ``submit`` to reading ``result``, minus the scripted model's own time for the
   requests of that run, divided by the model calls of that run (python-agent-harness
-  adds two self-check calls per run). Two warm-up runs come first (imports, title).
+  adds two self-check calls per run). Two warm-up runs come first (imports, title);
+- cancel → result: a run streaming a long answer is cancelled after its first delta; the
+  time until its cancelled ``result`` (median of 5; issue 3: within 1 s).
 
 Targets for paw-agent (issue 3): ready ≤ 0.2 s, idle ≤ 60 MB, overhead ≤ 5 ms per round.
 Run it on a quiet machine: it measures time.
@@ -33,7 +35,14 @@ from paw_project.scripted_model import ScriptedModel
 
 BIN = Path(sys.executable).parent
 RUNTIMES = ("paw-agent", "python-agent-harness")
-SCRIPT = {"fallback": {"text": "ok", "chunk": 2}, "untooled": "Benchmark"}
+SCRIPT = {
+    "fallback": {"text": "ok", "chunk": 2},
+    "untooled": "Benchmark",
+    # A long, slow answer to cancel in the middle of.
+    "rules": [
+        {"match": "^talk", "responses": [{"text": "word " * 400, "chunk": 5, "chunk_delay": 0.02}]}
+    ],
+}
 TARGETS = {"ready": 0.2, "idle": 60.0, "overhead": 5.0}
 
 
@@ -77,6 +86,11 @@ def read_line(process: subprocess.Popen) -> dict:
     if not line:
         raise RuntimeError(f"runtime exited with {process.wait()}")
     return json.loads(line)
+
+
+def send(process: subprocess.Popen, op: dict) -> None:
+    process.stdin.write(json.dumps(op).encode() + b"\n")
+    process.stdin.flush()
 
 
 def stop(process: subprocess.Popen) -> None:
@@ -150,10 +164,7 @@ def measure(kind: str, model: ScriptedModel, base: Path, spawns: int, runs: int)
     for n in range(runs + 2):
         model.clear_log()
         started = time.perf_counter()
-        process.stdin.write(
-            json.dumps({"op": "submit", "prompt": "Say ok.", "run_id": f"b{n}"}).encode() + b"\n"
-        )
-        process.stdin.flush()
+        send(process, {"op": "submit", "prompt": "Say ok.", "run_id": f"b{n}"})
         while (line := read_line(process))["type"] != "result":
             pass
         elapsed = time.perf_counter() - started
@@ -164,6 +175,19 @@ def measure(kind: str, model: ScriptedModel, base: Path, spawns: int, runs: int)
             calls.append(len(log))
         time.sleep(0.06)  # PROTOCOL.md: the next submit is accepted a moment after result
     busy, busy_private = tree_rss_mb(process.pid), tree_uss_mb(process.pid)
+    cancels = []
+    for n in range(5):
+        run_id = f"c{n}"
+        send(process, {"op": "submit", "prompt": "talk for a while", "run_id": run_id})
+        while read_line(process)["type"] != "delta":
+            pass
+        started = time.perf_counter()
+        send(process, {"op": "cancel", "run_id": run_id})
+        while (line := read_line(process))["type"] != "result":
+            pass
+        cancels.append((time.perf_counter() - started) * 1000)
+        assert line["cancelled"] is True, line
+        time.sleep(0.06)
     stop(process)
     return {
         "ready_median": statistics.median(ready_times),
@@ -171,6 +195,7 @@ def measure(kind: str, model: ScriptedModel, base: Path, spawns: int, runs: int)
         "idle": statistics.median(idle),
         "busy": busy,
         "busy_private": busy_private,
+        "cancel_ms": statistics.median(cancels),
         "overhead_median": statistics.median(overheads),
         "overhead_p90": sorted(overheads)[int(len(overheads) * 0.9) - 1],
         "calls": statistics.median(calls),
@@ -190,13 +215,14 @@ def main() -> int:
     print(
         f"{'':22} {'ready median':>13} {'ready best':>11} {'idle RSS':>10} "
         f"{'RSS after runs':>15} {'private after':>14} {'overhead/round':>15} {'p90':>8} "
-        f"{'calls/run':>10}"
+        f"{'calls/run':>10} {'cancel → result':>16}"
     )
     for kind, r in results.items():
         print(
             f"{kind:22} {r['ready_median']:>11.3f} s {r['ready_best']:>9.3f} s "
             f"{r['idle']:>7.1f} MB {r['busy']:>12.1f} MB {r['busy_private']:>11.1f} MB "
-            f"{r['overhead_median']:>12.2f} ms {r['overhead_p90']:>5.2f} ms {r['calls']:>10g}"
+            f"{r['overhead_median']:>12.2f} ms {r['overhead_p90']:>5.2f} ms {r['calls']:>10g} "
+            f"{r['cancel_ms']:>13.1f} ms"
         )
     paw = results["paw-agent"]
     verdicts = {
@@ -204,6 +230,7 @@ def main() -> int:
         "idle (at ready) ≤ 60 MB": paw["idle"] <= TARGETS["idle"],
         "idle after runs (RSS) ≤ 60 MB": paw["busy"] <= TARGETS["idle"],
         "overhead ≤ 5 ms": paw["overhead_median"] <= TARGETS["overhead"],
+        "cancel → result ≤ 1 s": paw["cancel_ms"] <= 1000,
     }
     print(
         "paw-agent targets: "

@@ -130,6 +130,22 @@ def test_run_python_time_limit_stops_the_code_and_the_run_goes_on(start, model):
     assert result["answer"] == "All done."
 
 
+def test_a_spreadsheet_is_read_as_a_pandas_preview(start, model, workspace):
+    book = openpyxl.Workbook()
+    sheet = book.active
+    sheet.append(["day", "average tip"])
+    for day, tip in [("Thur", 2.77), ("Fri", 2.73), ("Sat", 2.99)]:
+        sheet.append([day, tip])
+    book.save(workspace / "summary.xlsx")
+    model.load(script(call("read_file", path="summary.xlsx")))
+    runtime = start()
+    runtime.ready()
+    runtime.submit("read it", timeout=120)
+    [preview] = tool_results(model)
+    assert preview.startswith("sheet 'Sheet': 3 rows x 2 columns"), preview
+    assert "average tip (float64)" in preview and "Sat" in preview and "2.99" in preview
+
+
 def test_files_are_listed_read_as_previews_and_written(start, model, workspace):
     shutil.copy(ROOT / "sample_data" / "tips.csv", workspace / "tips.csv")
     (workspace / "notes").mkdir()
