@@ -344,6 +344,39 @@ def test_reload_mid_run_shows_the_whole_text_once(chat, scripted_model):
     assert run.status == "done" and run.answer.split() == shown
 
 
+def test_a_dropped_connection_shows_reconnecting_then_resumes_without_a_gap(chat, scripted_model):
+    numbers = " ".join(str(n) for n in range(1, 201))
+    scripted_model.load(
+        {
+            "api_key": SCRIPTED_API_KEY,
+            "responses": [{"text": numbers, "chunk": 5, "chunk_delay": 0.015}],
+        }
+    )
+    page = chat.page
+    sockets = []
+
+    def through(ws) -> None:  # each websocket of the page, passed on to the server
+        ws.connect_to_server()
+        sockets.append(ws)
+
+    page.route_web_socket(re.compile(r"/ws/conversations/"), through)
+    page.reload()
+    page.wait_for_selector(".connection[data-state=connected]")
+    ask(page, "Count to 200")
+    page.wait_for_selector(".agent-text:has-text('20 21')")
+    sockets[-1].close()  # the network drops it mid-stream
+    page.wait_for_selector(".connection[data-state=reconnecting]")
+    assert page.locator("#connection").inner_text() == "Reconnecting…"
+    page.wait_for_selector(".connection[data-state=connected]")
+    assert len(sockets) == 2
+    wait_until_idle(page)
+    page.locator(".answer", has_text="200").wait_for()
+    assert page.locator(".answer").last.inner_text().split() == numbers.split()
+    # The streamed text (now behind the rendered answer) got every delta once, in order.
+    streamed = page.locator(".run").last.locator(".agent-text").text_content()
+    assert streamed.split() == numbers.split()
+
+
 def test_cancel_stops_the_run(chat, scripted_model):
     scripted_model.load(
         {
