@@ -129,6 +129,17 @@ def auth_tokens_revoke(*, user: User, sessions_too: bool = False) -> None:
     transaction.on_commit(lambda: _sockets_close(user_id, sessions_too=sessions_too))
 
 
+def session_sockets_close(*, session_key: str | None) -> None:
+    """Close the websockets a browser session opened (code 4401): the session signed out.
+    Call after the logout; a no-op without a session key."""
+    if not session_key:
+        return
+    try:
+        broadcast.group_send(broadcast.session_group(session_key), {"type": "session.signed_out"})
+    except Exception:  # the session is gone either way; the sockets' next acts are refused
+        logger.exception("could not close a signed-out session's websockets")
+
+
 def _sockets_close(user_id: int, *, sessions_too: bool) -> None:
     message = {"type": "session.revoked", "sessions": sessions_too}
     try:

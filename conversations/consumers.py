@@ -41,7 +41,7 @@ from conversations.models import Approval, Conversation, Run, RunEvent
 from conversations.services import approvals as approval_services
 from conversations.services import events as event_services
 from conversations.services import runs as run_services
-from paw_project.broadcast import conversation_group, user_group
+from paw_project.broadcast import conversation_group, session_group, user_group
 from paw_project.errors import DomainError
 
 logger = logging.getLogger(__name__)
@@ -127,9 +127,14 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
         self.user = user
         self.conversation_id: UUID = conversation.id
         self.group = conversation_group(conversation.id)
-        self.user_group = user_group(user.pk)
-        # A logout or a password change (tokens revoked) closes the socket: session.revoked.
-        await self.channel_layer.group_add(self.user_group, self.channel_name)
+        # A logout or a password change (tokens revoked), or the browser session signing
+        # out, closes the socket: session.revoked.
+        self.revocation_groups = [user_group(user.pk)]
+        session = self.scope.get("session")
+        if self.scope.get("paw_auth") != "jwt" and session is not None and session.session_key:
+            self.revocation_groups.append(session_group(session.session_key))
+        for group in self.revocation_groups:
+            await self.channel_layer.group_add(group, self.channel_name)
         self._tokens = float(RATE_BURST)
         self._refilled = time.monotonic()
         # Join first, then read: nothing committed from here on can be missed.
@@ -179,13 +184,22 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
         self._last_message = time.monotonic()
         self._checked = False
 
-    async def disconnect(self, code: int) -> None:
+    def _stop_timers(self) -> None:
         for task in (getattr(self, "_grace", None), getattr(self, "_watch", None)):
             if task is not None:
                 task.cancel()
+
+    async def close(self, code: int | bool | None = None, reason: str | None = None) -> None:
+        """Close from the server end; the connection's timers stop with it."""
+        self._stop_timers()
+        await super().close(code=code, reason=reason)
+
+    async def disconnect(self, code: int) -> None:
+        self._stop_timers()
         if self.group is not None:
             await self.channel_layer.group_discard(self.group, self.channel_name)
-            await self.channel_layer.group_discard(self.user_group, self.channel_name)
+            for group in self.revocation_groups:
+                await self.channel_layer.group_discard(group, self.channel_name)
 
     # --- from the client ----------------------------------------------------------------
 
@@ -288,6 +302,10 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
         (a password change)."""
         if self.scope.get("paw_auth") == "jwt" or message.get("sessions"):
             await self.close(code=4401)
+
+    async def session_signed_out(self, message: dict[str, Any]) -> None:
+        """This socket's browser session signed out: close with 4401."""
+        await self.close(code=4401)
 
     async def conversation_message(self, message: dict[str, Any]) -> None:
         self._heard()

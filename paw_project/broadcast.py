@@ -65,6 +65,12 @@ def conversation_group(conversation_id: Any) -> str:
     return f"conversation.{conversation_id}"
 
 
+def session_group(session_key: str) -> str:
+    """The channel-layer group of the websockets one browser session opened:
+    ``session.<key>``."""
+    return f"session.{session_key}"
+
+
 def user_group(user_id: Any) -> str:
     """The channel-layer group of every websocket a user has open: ``user.<id>``."""
     return f"user.{user_id}"

@@ -28,7 +28,7 @@ from sandboxes.runtime.kernel_client import PythonKernel
 from sandboxes.runtime.model import Completion, ModelClient, ModelError, estimate_tokens
 from sandboxes.runtime.protocol import RunStream
 from sandboxes.runtime.sql import load_datasources
-from sandboxes.runtime.tools import GATED, Toolbox, ToolContext, display_args
+from sandboxes.runtime.tools import GATED, Toolbox, ToolContext, display_args, full_args
 from sandboxes.runtime.workspace import PRIVATE_DIR, Workspace
 
 APPROVE = {"y", "yes", "true", "1"}  # PROTOCOL.md: a confirm's first answer approves
@@ -306,8 +306,17 @@ class Run:
             nonlocal announced
             if not announced:
                 announced = True
+                # "args": the protocol's short reprs; "input": the values themselves, for a
+                # person to read (a host that does not know the key ignores it).
                 self.stream.notify(
-                    "tool_calls", [{"name": call.name, "args": display_args(call.arguments)}]
+                    "tool_calls",
+                    [
+                        {
+                            "name": call.name,
+                            "args": display_args(call.arguments),
+                            "input": full_args(call.arguments),
+                        }
+                    ],
                 )
                 self.stream.notify("tool_running", call.name)
 

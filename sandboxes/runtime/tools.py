@@ -203,6 +203,31 @@ def arg_repr(value: Any, limit: int = 100) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+#: Characters of one argument's full value shown to people (``tool_calls`` ``input``).
+MAX_INPUT_CHARS = 20_000
+
+
+def full_args(arguments: str) -> dict[str, Any]:
+    """A call's JSON ``arguments`` as given, for people to read what ran (the whole
+    ``code`` of a ``run_python``): string values cut at ``MAX_INPUT_CHARS``, ``content``
+    (a file's whole text) left out as in :func:`display_args`; ``{}`` when they are not a
+    JSON object."""
+    try:
+        parsed = json.loads(arguments or "{}")
+    except ValueError:
+        return {}
+    if not isinstance(parsed, dict):
+        return {}
+    shown: dict[str, Any] = {}
+    for key, value in parsed.items():
+        if key == "content":
+            continue
+        if isinstance(value, str) and len(value) > MAX_INPUT_CHARS:
+            value = value[:MAX_INPUT_CHARS] + "…"
+        shown[key] = value
+    return shown
+
+
 def display_args(arguments: str) -> dict[str, str]:
     """Short reprs of a call's JSON ``arguments``, without ``content`` (too large for a
     label); ``{}`` when they are not a JSON object."""

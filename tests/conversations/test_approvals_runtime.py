@@ -63,7 +63,9 @@ def test_a_gated_delete_happens_only_when_approved(celery_worker, scripted_model
     assert not events.filter(type="policy_violation").exists()
     calls = [e.payload["data"] for e in events.filter(type="notify", kind="tool_calls")]
     assert calls == (
-        [[{"name": "delete_file", "args": {"path": "'keep.txt'"}}]] if approved else []
+        [[{"name": "delete_file", "args": {"path": "'keep.txt'"}, "input": {"path": "keep.txt"}}]]
+        if approved
+        else []
     )
 
 

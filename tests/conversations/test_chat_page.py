@@ -107,6 +107,18 @@ def test_sign_in_with_the_form_then_sign_out(browser_session, alice):
     page.wait_for_url(re.compile(r"/accounts/login/"))
 
 
+def test_signing_out_in_one_tab_sends_the_other_tabs_to_the_sign_in_page(chat):
+    page = chat.page
+    other = chat.new_page()
+    other.goto(page.url)
+    other.wait_for_selector(".connection[data-state=connected]")
+    page.get_by_role("button", name="Sign out").click()
+    page.wait_for_url(re.compile(r"/accounts/login/"))
+    # The other tab's socket is closed for the signed-out session: it goes to sign in,
+    # and comes back to its conversation afterwards.
+    other.wait_for_url(re.compile(r"/accounts/login/\?next=%2Fc%2F"))
+
+
 def test_register_with_the_form_lands_in_the_chat(browser_session):
     page = browser_session.page
     page.goto(browser_session.url("/accounts/register/"))

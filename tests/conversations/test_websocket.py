@@ -391,6 +391,32 @@ async def test_revoking_tokens_closes_the_sockets_opened_with_them(db):
     await other.disconnect()
 
 
+async def test_signing_out_closes_that_sessions_sockets_only(db):
+    conversation = await database_sync_to_async(ConversationFactory)()
+    user = await database_sync_to_async(lambda: conversation.user)()
+    leaving, staying = Client(), Client()
+    for client in (leaving, staying):
+        await database_sync_to_async(client.force_login)(user)
+
+    async def tab_of(client: Client) -> WebsocketCommunicator:
+        cookie = f"sessionid={client.cookies['sessionid'].value}".encode()
+        tab = WebsocketCommunicator(
+            application,
+            f"/ws/conversations/{conversation.id}/",
+            [(b"origin", b"http://localhost"), (b"cookie", cookie)],
+        )
+        assert (await tab.connect())[0]
+        return tab
+
+    gone, kept = await tab_of(leaving), await tab_of(staying)
+    response = await database_sync_to_async(leaving.post)("/accounts/logout/")
+    assert response.status_code == 302
+    assert await gone.receive_output(timeout=5) == {"type": "websocket.close", "code": 4401}
+    await kept.send_json_to({"type": "ping"})  # another browser of the same person stays
+    assert await kept.receive_json_from() == {"type": "pong"}
+    await kept.disconnect()
+
+
 async def test_an_event_whose_live_message_was_lost_still_reaches_a_live_client(db):
     """The channel layer drops messages for a channel far behind; a dropped last message
     leaves no later cursor to show the gap. Stored but never sent (what such a loss looks

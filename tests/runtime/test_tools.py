@@ -69,6 +69,9 @@ def test_average_tip_by_day_becomes_a_spreadsheet_and_a_chart(start, model, work
     assert calls[0][0]["name"] == "run_python"
     code_repr = calls[0][0]["args"]["code"]
     assert code_repr.startswith("'import glob") and len(code_repr) <= 100
+    # The whole code too, for people to read what ran (the short repr is the protocol's).
+    demo_code = Script.load("demo").rules[0].steps[0]["tool_calls"][0]["arguments"]["code"]
+    assert calls[0][0]["input"] == {"code": demo_code}
     assert notifies(lines, "tool_running") == ["run_python"]
     assert notifies(lines, "tool") == [
         {"name": "run_python", "ok": True, "summary": "wrote chart.png, summary.xlsx"}

@@ -15,7 +15,14 @@ function csrfToken() {
   return match ? decodeURIComponent(match[1]) : "";
 }
 
+const SIGNED_OUT = new Set(["not_authenticated", "authentication_failed"]);
+
 function errorFrom(status, body) {
+  if ((status === 401 || status === 403) && SIGNED_OUT.has(body?.code)) {
+    // Signed out (in another tab, or the session ended): to the sign-in page, and back.
+    location.assign(`/accounts/login/?next=${encodeURIComponent(location.pathname)}`);
+    return new ApiError(status, body.code, "Your session has ended: sign in again.", body);
+  }
   if (body && typeof body === "object" && body.detail) {
     return new ApiError(status, body.code || "error", String(body.detail), body);
   }

@@ -31,8 +31,10 @@ export class ApprovalPanels {
     this.panels.set(request.approval_id, { ...panel, expiresAt: Date.parse(request.expires_at) });
     this.root.append(panel.element);
     this.tick();
-    // Bring it to the person's attention without taking the keyboard from someone typing.
-    if (!["TEXTAREA", "INPUT"].includes(document.activeElement?.tagName)) panel.focus.focus();
+    // Bring it to the person's attention (keyboard and screen reader), unless they are in
+    // the middle of typing something.
+    const typing = ["TEXTAREA", "INPUT"].includes(document.activeElement?.tagName) && document.activeElement.value;
+    if (!typing) panel.focus.focus();
   }
 
   confirmPanel(request) {

@@ -45,6 +45,8 @@ export class FilesPanel {
     const files = await apiAll(`${this.base()}/files?page_size=100`);
     this.chips.replaceChildren(...files.map((file) => this.chip(file)));
     document.getElementById("file-empty").hidden = files.length > 0;
+    this.uploadedCount = files.length;
+    this.showCount();
   }
 
   chip(file) {
@@ -77,7 +79,17 @@ export class FilesPanel {
     const artifacts = await api("GET", `${this.base()}/artifacts`);
     const list = Array.isArray(artifacts) ? artifacts : artifacts.results || [];
     this.artifactEmpty.hidden = list.length > 0;
+    this.madeCount = list.length;
+    this.showCount();
     this.artifacts.replaceChildren(...list.map((artifact) => this.artifactItem(artifact)));
+  }
+
+  /** "(2 uploaded, 3 made)" beside the folded Files heading. */
+  showCount() {
+    const parts = [];
+    if (this.uploadedCount) parts.push(`${this.uploadedCount} uploaded`);
+    if (this.madeCount) parts.push(`${this.madeCount} made by the agent`);
+    document.getElementById("files-count").textContent = parts.length ? `(${parts.join(", ")})` : "";
   }
 
   artifactItem(artifact) {

@@ -78,6 +78,10 @@ const picker = new ModelPicker($("model-picker"), $("model-note"), {
 });
 picker.onProvider((name) => {
   $("demo-banner").hidden = !(config.demoProvider && name === config.demoProvider);
+  // With a real provider available, the way out of the demo is the model picker.
+  if (picker.providers.some((p) => p.active && p.name !== config.demoProvider)) {
+    $("demo-next").textContent = "Pick another model above to talk to a real one.";
+  }
 });
 
 const usage = new UsageBadge($("usage-badge"));
@@ -344,6 +348,7 @@ $("rename-conversation").addEventListener("click", () => {
   $("rename-input").value = state.conversation?.title || "";
   dialog.showModal();
 });
+$("rename-cancel").addEventListener("click", () => $("rename-dialog").close("cancel"));
 $("rename-dialog").addEventListener("close", async () => {
   if ($("rename-dialog").returnValue !== "ok") return;
   try {
@@ -370,6 +375,31 @@ $("delete-conversation").addEventListener("click", async () => {
     showError(error.message);
   }
 });
+
+// --- narrow screens -------------------------------------------------------------------
+
+const narrow = window.matchMedia("(max-width: 48rem)");
+const sidebarToggle = $("sidebar-toggle");
+sidebarToggle.addEventListener("click", () => {
+  const open = !document.body.classList.contains("sidebar-open");
+  document.body.classList.toggle("sidebar-open", open);
+  sidebarToggle.setAttribute("aria-expanded", String(open));
+  if (open) document.querySelector("#conversation-list a, #new-conversation")?.focus();
+});
+function closeSidebar() {
+  if (!document.body.classList.contains("sidebar-open")) return;
+  document.body.classList.remove("sidebar-open");
+  sidebarToggle.setAttribute("aria-expanded", "false");
+  sidebarToggle.focus();
+}
+$("main").addEventListener("click", (event) => {
+  if (!sidebarToggle.contains(event.target)) closeSidebar();
+});
+document.addEventListener("keydown", (event) => {
+  if (event.key === "Escape") closeSidebar();
+});
+// On a phone the conversation gets the height: the files start folded.
+if (narrow.matches) $("files").open = false;
 
 // --- start ----------------------------------------------------------------------------
 

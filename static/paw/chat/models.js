@@ -67,9 +67,17 @@ export class ModelPicker {
       : "";
     if (this.select.selectedIndex < 0) this.select.value = "";
     const inactive = this.providers.filter((p) => !p.active);
-    this.note.textContent = this.providers.some((p) => p.active)
-      ? ""
-      : `No model provider is available yet. ${inactive[0]?.reason_if_inactive || ""}`;
+    this.note.replaceChildren();
+    if (!this.providers.some((p) => p.active)) {
+      this.note.textContent = `No model provider is available yet. ${inactive[0]?.reason_if_inactive || ""}`;
+    } else if (inactive.length) {
+      // The reasons are on the options too, but browsers show no tooltips inside a select.
+      this.note.append(
+        `${inactive.map((p) => p.label).join(", ")}: no key yet — `,
+        el("a", { href: "/settings/keys/" }, "add one"),
+        ".",
+      );
+    }
     for (const listener of this.listeners) listener(this.effectiveProvider());
   }
 

@@ -28,11 +28,11 @@ const ERROR_TEXT = {
   policy_violation: "PAW stopped the agent: it tried a risky action without your approval.",
   sandbox_exited: "The agent's sandbox stopped unexpectedly.",
   worker_lost: "The server running the agent went away.",
-  unknown: "The model call failed.",
+  unknown: "", // its message says it; a hint follows
 };
 
 const APPROVAL_TEXT = {
-  pending: "Waiting for your decision…",
+  pending: "Waiting for your decision",
   approved: "Approved",
   declined: "Declined",
   answered: "Answered",
@@ -61,12 +61,16 @@ function sentence(text) {
   return /[.!?…:]$/.test(capital) ? capital : `${capital}.`;
 }
 
-/** A tool call's arguments as a list: each name, then its value as readable text. */
-function argumentList(args) {
+/**
+ * A tool call's arguments as a list: each name, then its value as text. ``raw``: the
+ * values as given (paw-agent's ``input``); otherwise short reprs, made readable.
+ */
+function argumentList(args, raw) {
+  const text = (value) => (raw ? (typeof value === "string" ? value : JSON.stringify(value, null, 2)) : readable(value));
   return el(
     "dl",
     { class: "tool-args" },
-    ...Object.entries(args).flatMap(([key, value]) => [el("dt", {}, key), el("dd", {}, el("pre", {}, readable(value)))]),
+    ...Object.entries(args).flatMap(([key, value]) => [el("dt", {}, key), el("dd", {}, el("pre", {}, text(value)))]),
   );
 }
 
@@ -89,10 +93,12 @@ class RunView {
     this.model = "";
 
     this.promptEl = el("div", { class: "prompt-bubble", hidden: true });
+    this.promptText = el("span");
+    this.promptEl.append(el("span", { class: "visually-hidden" }, "You: "), this.promptText);
     this.stepsEl = el("div", { class: "steps" });
     this.answerEl = el("div", { class: "answer", hidden: true });
     this.errorsEl = el("div", { class: "run-errors" });
-    this.agentEl = el("div", { class: "agent", "aria-label": "The agent" }, this.stepsEl, this.answerEl, this.errorsEl);
+    this.agentEl = el("div", { class: "agent", role: "group", "aria-label": "The agent" }, this.stepsEl, this.answerEl, this.errorsEl);
     this.statusEl = el("span", { class: "status" });
     this.modelEl = el("span", { class: "model" });
     this.tokensEl = el("span", { class: "tokens" });
@@ -106,7 +112,7 @@ class RunView {
 
   setPrompt(text) {
     if (!text || !this.promptEl.hidden) return;
-    this.promptEl.textContent = text;
+    this.promptText.textContent = text;
     this.promptEl.hidden = false;
   }
 
@@ -144,6 +150,10 @@ class RunView {
       ...errors.map((error) => {
         const known = ERROR_TEXT[error.code];
         const message = error.message && error.message !== known ? sentence(error.message) : "";
+        if (error.code === "unknown" && message) {
+          const hint = " Check that the model provider can be reached and that its key is valid.";
+          return el("p", { class: "run-error", role: "alert" }, message, hint);
+        }
         return el("p", { class: "run-error", role: "alert" }, known || "Something went wrong.", message ? ` ${message}` : "");
       }),
     );
@@ -172,15 +182,17 @@ class RunView {
   toolCalls(calls) {
     for (const call of calls || []) {
       if (!call || typeof call.name !== "string") continue;
-      this.addTool(call.name, formatCall(call.name, call.args), "waiting", call.args);
+      // paw-agent adds the whole values ("input") to the protocol's short reprs ("args").
+      const full = call.input && typeof call.input === "object" ? call.input : null;
+      this.addTool(call.name, formatCall(call.name, call.args), "waiting", full || call.args, Boolean(full));
     }
   }
 
-  addTool(name, label, state, args = null) {
+  addTool(name, label, state, args = null, raw = false) {
     const stateEl = el("span", { class: "tool-state" });
     const icon = el("span", { class: "spinner", "aria-hidden": "true" });
     const summary = el("summary", {}, icon, el("span", { class: "call", title: label }, label), stateEl);
-    const details = args && Object.keys(args).length ? argumentList(args) : el("p", { class: "muted small" }, "No arguments shown.");
+    const details = args && Object.keys(args).length ? argumentList(args, raw) : el("p", { class: "muted small" }, "No arguments shown.");
     const body = el("div", { class: "tool-body" }, details);
     const element = el("details", { class: "tool", dataset: { tool: name } }, summary, body);
     const tool = { name, element, stateEl, icon, body, state: "" };
