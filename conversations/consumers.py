@@ -53,6 +53,9 @@ RATE_BURST = 30
 RATE_PER_SECOND = 10.0
 #: Events read from the database per query when replaying.
 REPLAY_PAGE = 500
+#: Seconds between two ``resume`` messages of one connection (each may replay a whole
+#: conversation from the database).
+RESUME_INTERVAL = 1.0
 #: Seconds a new connection waits for the client's ``resume`` before going live.
 RESUME_GRACE = 1.0
 #: Seconds of quiet after which a live connection checks once that it has every stored
@@ -245,6 +248,11 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
         return True
 
     async def _resume(self, content: dict[str, Any]) -> None:
+        now = time.monotonic()
+        if now - getattr(self, "_resumed_at", -RESUME_INTERVAL) < RESUME_INTERVAL:
+            await self._error("rate_limited", "Resume at most once a second.")
+            return
+        self._resumed_at = now
         after = content.get("after", 0)
         if not isinstance(after, int) or isinstance(after, bool) or after < 0:
             await self._error("invalid", '"after" must be a cursor (an integer >= 0).')
@@ -302,6 +310,10 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
         (a password change)."""
         if self.scope.get("paw_auth") == "jwt" or message.get("sessions"):
             await self.close(code=4401)
+
+    async def conversation_deleted(self, message: dict[str, Any]) -> None:
+        """The conversation was deleted: close with 4404."""
+        await self.close(code=4404)
 
     async def session_signed_out(self, message: dict[str, Any]) -> None:
         """This socket's browser session signed out: close with 4401."""

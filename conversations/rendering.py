@@ -3,7 +3,8 @@
 The model's text is untrusted (it can repeat anything a file or a web page said), so the
 HTML that Python-Markdown produces goes through nh3 (the ammonia sanitizer) with an
 allow-list of tags and attributes: no scripts, styles, event handlers, forms or frames.
-Links keep ``http``, ``https`` and ``mailto`` targets and open with
+HTML in the answer is not interpreted (it shows as text). Links keep ``http``, ``https``
+and ``mailto`` targets and open with
 ``rel="noopener noreferrer"``. Images may only show the conversation's own artifacts: a
 relative ``src`` (``chart.png``, ``out/fig.png``) becomes the artifact's inline URL, any
 other image is dropped (an outside image would tell its server who reads the answer).
@@ -68,7 +69,12 @@ def markdown_render(text: str, *, conversation_id: UUID | str | None = None) -> 
         return ""
     if len(text) > MAX_MARKDOWN_CHARS:
         return "<pre>" + nh3.clean_text(text) + "</pre>"
-    html = markdown.markdown(text, extensions=_MARKDOWN_EXTENSIONS, output_format="html")
+    renderer = markdown.Markdown(extensions=_MARKDOWN_EXTENSIONS, output_format="html")
+    # HTML the model wrote is text, shown as written: as markup it could swallow the rest
+    # of the answer (an unclosed block) even where nh3 would strip it.
+    renderer.preprocessors.deregister("html_block")
+    renderer.inlinePatterns.deregister("html")
+    html = renderer.convert(text)
     base = f"/api/conversations/{conversation_id}/artifacts/" if conversation_id else None
 
     def attribute_filter(tag: str, attribute: str, value: str) -> str | None:

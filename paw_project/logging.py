@@ -65,6 +65,20 @@ class SecurityOneLineFilter(logging.Filter):
         return True
 
 
+_CONTROL = {code: f"\\x{code:02x}" for code in [*range(0x20), 0x7F] if code != 0x09}
+_CONTROL.update({0x0A: "\\n", 0x0D: "\\r"})
+
+
+class TextFormatter(logging.Formatter):
+    """The text format, one record to one line: control characters in the message (a
+    newline in a request path, a NUL) are written as escapes, so nobody can forge a log
+    line by putting one in a URL. Tracebacks, which PAW writes itself, stay multi-line."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = record.message.translate(_CONTROL)
+        return super().formatMessage(record)
+
+
 class JsonFormatter(_BaseJsonFormatter):
     """python-json-logger's formatter with ISO 8601 UTC times
     (``2025-01-31T12:00:00.123+00:00``)."""

@@ -473,7 +473,8 @@ LOGGING = {
     },
     "formatters": {
         "text": {
-            "format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s",
+            "()": "paw_project.logging.TextFormatter",
+            "fmt": "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s",
         },
         "json": {
             "()": "paw_project.logging.JsonFormatter",

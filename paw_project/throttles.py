@@ -7,6 +7,7 @@ gets 429 ``throttled`` with ``Retry-After`` (seconds).
 - :class:`RunsThrottle`: run starts per user (``PAW_THROTTLE_RUNS``).
 - :class:`AuthThrottle`: register, token and refresh per client IP (``PAW_THROTTLE_AUTH``).
 - :class:`UploadsThrottle`: file uploads per user (``PAW_THROTTLE_UPLOADS``).
+- :class:`SecretsThrottle`: changes of one's own secrets per user (``PAW_THROTTLE_UPLOADS``).
 - :class:`PasswordThrottle`: password changes per user (``PAW_THROTTLE_AUTH``): a stolen
   access token cannot be used to guess the current password at speed.
 """
@@ -52,6 +53,16 @@ class UploadsThrottle(_PerUserThrottle):
 
     scope = "uploads"
     rate_setting = "PAW_THROTTLE_UPLOADS"
+
+
+class SecretsThrottle(_PerUserThrottle):
+    """Secret changes per user (``PAW_THROTTLE_UPLOADS``, default ``60/min``)."""
+
+    scope = "secrets"
+    rate_setting = "PAW_THROTTLE_UPLOADS"
+
+    def allow_request(self, request: Request, view: APIView) -> bool:
+        return request.method == "GET" or super().allow_request(request, view)
 
 
 class PasswordThrottle(_PerUserThrottle):

@@ -95,8 +95,18 @@ def _search_path() -> str:
     return os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"])
 
 
+def _real_folder(path: Path) -> None:
+    """Make ``path`` a real folder (mode 0700): whatever else stands there — a symlink
+    the agent made (to lead PAW's own ``mkdir`` outside the workspace), a dangling link,
+    a file — is removed first. Its parent must be a real folder already."""
+    if path.is_symlink() or (path.exists() and not path.is_dir()):
+        path.unlink()
+    path.mkdir(mode=0o700, exist_ok=True)
+
+
 def sandbox_dirs(workspace: Path) -> dict[str, Path]:
-    """The private folders of a sandbox inside its workspace, created if missing."""
+    """The private folders of a sandbox inside its workspace, created if missing, one
+    level at a time and never through a symlink (the workspace is the agent's to change)."""
     private = workspace / PRIVATE_DIR
     dirs = {
         "home": private / "home",
@@ -107,7 +117,9 @@ def sandbox_dirs(workspace: Path) -> dict[str, Path]:
         "state": private / "home" / ".local" / "state",
     }
     for path in dirs.values():
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        parts = path.relative_to(workspace).parts
+        for depth in range(1, len(parts) + 1):
+            _real_folder(workspace.joinpath(*parts[:depth]))
     return dirs
 
 
@@ -263,9 +275,35 @@ def isolation_mode() -> str:
     return mode
 
 
-def build_command(spec: SandboxSpec) -> list[str]:
-    """The full argv: limits, then (maybe) bubblewrap, then the runtime with its flags."""
+def takes_secrets_fd() -> bool:
+    """Whether the runtime reads its secret variables from a pipe (``--secrets-fd``):
+    PAW's own ``paw-agent`` does; other runtimes get them in their environment."""
+    return Path(runtime_argv()[0]).name == "paw-agent"
+
+
+def private_variables(env: dict[str, str]) -> dict[str, str]:
+    """The variables of ``env`` the runtime's tools must never read: the provider's key
+    and the datasource URLs (they may carry an operator's passwords). Handed to
+    ``paw-agent`` through a pipe rather than its environment, they are not in any
+    ``/proc/<pid>/environ`` of the jail (bubblewrap's own init process would show them)."""
+    names = {"OPENAI_API_KEY"}
+    try:
+        described = json.loads(env.get("PAW_DATASOURCES") or "[]")
+    except ValueError:
+        described = []
+    for datasource in described if isinstance(described, list) else []:
+        if isinstance(datasource, dict) and datasource.get("env"):
+            names.add(str(datasource["env"]))
+    names |= {name for name in env if name.startswith("PAW_DATASOURCE_") and name.endswith("_URL")}
+    return {name: env[name] for name in names if name in env}
+
+
+def build_command(spec: SandboxSpec, *, secrets_fd: int | None = None) -> list[str]:
+    """The full argv: limits, then (maybe) bubblewrap, then the runtime with its flags
+    (``--secrets-fd`` when its secret variables come through that pipe)."""
     argv = [*runtime_argv(), *runtime_flags(spec.workspace)]
+    if secrets_fd is not None:
+        argv += ["--secrets-fd", str(secrets_fd)]
     if isolation_mode() == "bwrap":
         argv = [*bwrap_prefix(spec.workspace, spec.env), *argv]
     return [*resource_limits(), *argv]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -27,7 +28,13 @@ from typing import Any
 from django.conf import settings
 
 from sandboxes import protocol
-from sandboxes.launch import SandboxSpec, build_command, build_environment
+from sandboxes.launch import (
+    SandboxSpec,
+    build_command,
+    build_environment,
+    private_variables,
+    takes_secrets_fd,
+)
 from secrets_vault.masking import StreamMasker, mask_secrets
 
 logger = logging.getLogger(__name__)
@@ -114,18 +121,34 @@ class SandboxProcess:
 
     def start(self) -> None:
         """Start the process and its reader threads (returns at once; see ``wait_ready``)."""
-        self.command = build_command(self.spec)
         env = build_environment(self.spec, sandbox_id=str(self.sandbox_id))
-        self.process = launch(
-            self.command,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=self.spec.workspace,
-            env=env,
-            start_new_session=True,  # its own process group: we can signal all of it
-            bufsize=0,
-        )
+        secrets_fd, private = None, {}
+        if takes_secrets_fd():
+            private = private_variables(env)
+            for name in private:
+                del env[name]
+            secrets_fd, writer = os.pipe()
+        self.command = build_command(self.spec, secrets_fd=secrets_fd)
+        try:
+            self.process = launch(
+                self.command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=self.spec.workspace,
+                env=env,
+                start_new_session=True,  # its own process group: we can signal all of it
+                bufsize=0,
+                pass_fds=(secrets_fd,) if secrets_fd is not None else (),
+            )
+        finally:
+            if secrets_fd is not None:
+                os.close(secrets_fd)
+        if secrets_fd is not None:
+            # Written from a thread: a pipe holds 64 KiB, and the runtime reads it at start.
+            threading.Thread(
+                target=_write_and_close, args=(writer, json.dumps(private).encode()), daemon=True
+            ).start()
         for target, name in ((self._read_stdout, "out"), (self._read_stderr, "err")):
             thread = threading.Thread(
                 target=target, name=f"sandbox-{name}-{self.conversation_id}", daemon=True
@@ -398,6 +421,15 @@ class SandboxProcess:
 
 _launcher: concurrent.futures.ThreadPoolExecutor | None = None
 _launcher_lock = threading.Lock()
+
+
+def _write_and_close(fd: int, data: bytes) -> None:
+    """Write ``data`` to the pipe ``fd`` and close it (its reader sees the end)."""
+    try:
+        with os.fdopen(fd, "wb") as pipe:
+            pipe.write(data)
+    except OSError:
+        pass  # the runtime died before reading: its exit is reported elsewhere
 
 
 def launch(command: list[str], **popen_kwargs: Any) -> subprocess.Popen:

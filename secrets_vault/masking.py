@@ -18,23 +18,24 @@ from __future__ import annotations
 
 import functools
 import logging
-import re
 import threading
 from collections.abc import Mapping
 from typing import Any
 
 #: Values shorter than this many characters are left alone (see the module docstring).
 MIN_MASKED_LENGTH = 4
+#: Log lines are shared by every user of the server: there, only values that look like
+#: credentials are masked (at least this long, no white space, two kinds of characters),
+#: so that nobody blanks others' log lines by saving "127.0.0.1" or "alice" as a secret.
+#: Events and answers of one's own runs mask every value.
+LOG_MASK_MIN_LENGTH = 12
 
 
 def mask_text(text: str, secret_values: Mapping[str, str]) -> str:
     """``text`` with every occurrence of each value of ``secret_values`` (``NAME → value``)
     replaced by ``[secret:NAME]``, longest values first (so a value containing another is
     masked whole). Values under :data:`MIN_MASKED_LENGTH` characters are ignored."""
-    pattern, names = _compiled(_key(secret_values))
-    if pattern is None:
-        return text
-    return pattern.sub(lambda match: f"[secret:{names[match.group(0)]}]", text)
+    return _matcher(_key(secret_values)).mask(text)
 
 
 def mask_secrets(obj: Any, secret_values: Mapping[str, str]) -> Any:
@@ -43,12 +44,10 @@ def mask_secrets(obj: Any, secret_values: Mapping[str, str]) -> Any:
     dict keys included. ``secret_values`` maps ``NAME → value`` (as in
     ``SandboxEnvironment.secret_values``); when one value has several names, the first
     name in the mapping's order is shown. Never mutates ``obj``."""
-    pattern, names = _compiled(_key(secret_values))
-    if pattern is None:
+    matcher = _matcher(_key(secret_values))
+    if not matcher.values:
         return _copy(obj)
-
-    def text(value: str) -> str:
-        return pattern.sub(lambda match: f"[secret:{names[match.group(0)]}]", value)
+    text = matcher.mask
 
     def walk(value: Any) -> Any:
         if isinstance(value, str):
@@ -74,7 +73,7 @@ def _copy(obj: Any) -> Any:
 
 
 def _key(secret_values: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
-    """A hashable, order-preserving form of the mapping (for the compiled-pattern cache)."""
+    """A hashable, order-preserving form of the mapping (for the matcher cache)."""
     return tuple(
         (name, value)
         for name, value in secret_values.items()
@@ -82,17 +81,49 @@ def _key(secret_values: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     )
 
 
+class _Matcher:
+    """Finds secret values in text with ``str.find`` (C speed, nothing to compile: a
+    regex alternation of many long values took minutes to build). ``matches(text)`` gives
+    the non-overlapping occurrences, leftmost first and, at one position, the longest
+    value: what a ``longest|shorter`` alternation would match."""
+
+    def __init__(self, items: tuple[tuple[str, str], ...]) -> None:
+        self.names: dict[str, str] = {}
+        for name, value in items:
+            self.names.setdefault(value, name)
+        self.values = sorted(self.names, key=len, reverse=True)
+
+    def matches(self, text: str) -> list[tuple[int, int, str]]:
+        """``[(start, end, name)]`` of the values in ``text``, in order, not overlapping."""
+        found = []
+        for value in self.values:
+            start = text.find(value)
+            while start != -1:
+                found.append((start, start + len(value), value))
+                start = text.find(value, start + 1)
+        if not found:
+            return []
+        found.sort(key=lambda item: (item[0], item[0] - item[1]))  # leftmost, then longest
+        chosen, reach = [], 0
+        for start, end, value in found:
+            if start >= reach:
+                chosen.append((start, end, self.names[value]))
+                reach = end
+        return chosen
+
+    def mask(self, text: str) -> str:
+        if not self.values or not text:
+            return text
+        pieces, at = [], 0
+        for start, end, name in self.matches(text):
+            pieces += [text[at:start], f"[secret:{name}]"]
+            at = end
+        return "".join(pieces) + text[at:] if pieces else text
+
+
 @functools.lru_cache(maxsize=128)
-def _compiled(items: tuple[tuple[str, str], ...]) -> tuple[re.Pattern[str] | None, dict[str, str]]:
-    """One alternation of all values, longest first: at any position the regex engine
-    takes the first alternative that matches, so the longest value wins."""
-    names: dict[str, str] = {}
-    for name, value in items:
-        names.setdefault(value, name)
-    if not names:
-        return None, names
-    ordered = sorted(names, key=len, reverse=True)
-    return re.compile("|".join(re.escape(value) for value in ordered)), names
+def _matcher(items: tuple[tuple[str, str], ...]) -> _Matcher:
+    return _Matcher(items)
 
 
 class StreamMasker:
@@ -108,19 +139,19 @@ class StreamMasker:
 
     def __init__(self, secret_values: Mapping[str, str]) -> None:
         self._secret_values = dict(secret_values)
-        self._pattern, _ = _compiled(_key(self._secret_values))
+        self._matcher = _matcher(_key(self._secret_values))
         self._values = sorted({v for _, v in _key(self._secret_values)}, key=len)
         self._pending = ""
 
     def feed(self, text: str) -> str:
         """The masked text that can be sent now (possibly "")."""
         buffer = self._pending + text
-        if self._pattern is None:
+        if not self._matcher.values:
             return buffer
         cut = len(buffer) - self._held_length(buffer)
-        for match in self._pattern.finditer(buffer):
-            if match.start() < cut < match.end():
-                cut = match.end()  # never split a whole value; the regex would take it
+        for start, end, _ in self._matcher.matches(buffer):
+            if start < cut < end:
+                cut = end  # never split a whole value: it is masked whole
         self._pending = buffer[cut:]
         return mask_text(buffer[:cut], self._secret_values)
 
@@ -166,16 +197,29 @@ def secret_values_known() -> dict[str, str]:
         return {name: value for value, name in _known.items()}
 
 
+def looks_like_a_credential(value: str) -> bool:
+    """Whether ``value`` is masked in log lines (see :data:`LOG_MASK_MIN_LENGTH`): at least
+    that long, no white space, and at least two of lower-case letters, upper-case
+    letters, digits and other characters."""
+    if len(value) < LOG_MASK_MIN_LENGTH or any(c.isspace() for c in value):
+        return False
+    kinds = (str.islower, str.isupper, str.isdigit)
+    found = sum(any(test(c) for c in value) for test in kinds)
+    found += any(not c.isalnum() for c in value)
+    return found >= 2
+
+
 class SecretMaskingFilter(logging.Filter):
-    """A logging filter that masks every registered secret value (see
-    :func:`secret_values_register`) in a record's message, arguments and exception text.
+    """A logging filter that masks the registered secret values (see
+    :func:`secret_values_register`) that look like credentials
+    (:func:`looks_like_a_credential`) in a record's message, arguments and exception text.
 
     Put it on the handlers (``LOGGING["handlers"][...]["filters"]``), so records of every
     logger pass through it. Never drops a record.
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
-        known = secret_values_known()
+        known = {n: v for n, v in secret_values_known().items() if looks_like_a_credential(v)}
         if not known:
             return True
         try:

@@ -12,6 +12,7 @@ from django.views.decorators.debug import sensitive_post_parameters
 
 from paw_project.errors import DomainError
 from paw_project.security import content_security_policy
+from paw_project.throttles import SecretsThrottle
 from secrets_vault.models import CustomProvider
 from secrets_vault.providers import BUILTIN_PROVIDERS
 from secrets_vault.selectors import secret_get, secret_list
@@ -39,7 +40,9 @@ def keys_page(request: HttpRequest) -> HttpResponse:
     (``action=set``: ``name``, ``value``, ``description``) or remove one
     (``action=delete``: ``name``). Errors are shown on the form; nothing changes then."""
     error, status = "", 200
-    if request.method == "POST":
+    if request.method == "POST" and not SecretsThrottle().allow_request(request, None):
+        error, status = "Too many changes in a short time; wait a minute and try again.", 429
+    elif request.method == "POST":
         action = request.POST.get("action")
         name = (request.POST.get("name") or "").strip()
         try:

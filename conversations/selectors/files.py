@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from uuid import UUID
 
 from django.db.models import QuerySet
@@ -10,14 +11,20 @@ from accounts.models import User
 from conversations.models import ConversationFile
 from conversations.selectors.artifacts import OpenArtifact, content_type_for
 from conversations.selectors.conversations import conversation_get
-from conversations.workspaces import workspace_open
+from conversations.workspaces import workspace_open, workspace_path
 from paw_project.errors import NotFound
 
 
 def file_list(*, user: User, conversation_id: UUID | str) -> QuerySet[ConversationFile]:
-    """The files uploaded to the user's conversation, oldest first. Raises ``NotFound``."""
+    """The files uploaded to the user's conversation that are still in its workspace (the
+    agent may have deleted one), oldest first. Raises ``NotFound``."""
     conversation = conversation_get(user=user, conversation_id=conversation_id)
-    return ConversationFile.objects.filter(conversation=conversation).order_by("created_at", "id")
+    uploads = ConversationFile.objects.filter(conversation=conversation)
+    folder = workspace_path(conversation.id)
+    present = [
+        pk for pk, name in uploads.values_list("pk", "name") if os.path.lexists(folder / name)
+    ]
+    return uploads.filter(pk__in=present).order_by("created_at", "id")
 
 
 def file_get(*, user: User, conversation_id: UUID | str, file_id: UUID | str) -> ConversationFile:

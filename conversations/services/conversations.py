@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from accounts.models import User
 from conversations.models import Conversation, Run
+from conversations.services.events import conversation_deleted_publish
 from conversations.workspaces import workspace_ensure, workspace_path
 from paw_project.errors import Conflict, NotFound
 
@@ -63,7 +64,8 @@ def conversation_update(*, user: User, conversation_id: UUID | str, **fields: An
 
 def conversation_delete(*, user: User, conversation_id: UUID | str) -> None:
     """Delete the conversation with its files, runs, events and approvals; after commit,
-    its sandbox is stopped (by the node that owns it) and its workspace folder removed.
+    its sandbox is stopped (by the node that owns it), its workspace folder removed and
+    its open websockets closed (4404).
     Raises ``NotFound`` (404) for another user's conversation."""
     from sandboxes.services import sandbox_stop_for_conversation
 
@@ -74,6 +76,8 @@ def conversation_delete(*, user: User, conversation_id: UUID | str) -> None:
         sandbox_stop_for_conversation(conversation_id=deleted_id)
         conversation.delete()
         transaction.on_commit(lambda: shutil.rmtree(workspace_path(deleted_id), ignore_errors=True))
+        # Its open tabs are closed (4404), not left waiting on a run that is gone.
+        transaction.on_commit(lambda: conversation_deleted_publish(conversation_id=deleted_id))
 
 
 def conversation_session_reset(*, user: User, conversation_id: UUID | str) -> Conversation:

@@ -147,6 +147,15 @@ def message_publish(*, conversation_id: UUID, message: dict[str, Any]) -> None:
     )
 
 
+def conversation_deleted_publish(*, conversation_id: UUID) -> None:
+    """Tell the conversation's open websockets it is gone (they close with 4404)."""
+    _safe(
+        broadcast.group_send,
+        group=broadcast.conversation_group(conversation_id),
+        message={"type": "conversation.deleted"},
+    )
+
+
 def run_status_message(run: Run) -> dict[str, Any]:
     """The ``run.status`` message for a run's current state."""
     return {

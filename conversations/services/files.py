@@ -68,7 +68,8 @@ def file_create(
     """Give a staged upload (see ``conversations.uploads``) its final name in the workspace
     and record it; bumps the conversation's activity.
 
-    The name is :func:`file_name_clean`'s; when a file of that name is already there,
+    Records of earlier uploads the agent deleted from the workspace are dropped first. The
+    name is :func:`file_name_clean`'s; when a file of that name is already there,
     uploaded *or made by the agent*, the upload gets the first free ``name (n).ext``: an
     upload never overwrites anything in the workspace. The staged file is moved with a
     hard link that fails if the name was taken meanwhile (no overwrite even if the runtime
@@ -86,11 +87,16 @@ def file_create(
             except (Conversation.DoesNotExist, ValueError) as error:
                 raise NotFound("No such conversation.", code="not_found") from error
             folder = workspace_ensure(conversation.id)
-            taken = set(
-                ConversationFile.objects.filter(conversation=conversation).values_list(
-                    "name", flat=True
-                )
-            )
+            uploads = ConversationFile.objects.filter(conversation=conversation)
+            # Records of uploads the agent has deleted since free their names.
+            gone = [
+                pk
+                for pk, old in uploads.values_list("pk", "name")
+                if not (folder / old).exists() and not (folder / old).is_symlink()
+            ]
+            if gone:
+                uploads.filter(pk__in=gone).delete()
+            taken = set(uploads.values_list("name", flat=True))
             final = _place(upload, folder, name, taken)
             try:
                 created = ConversationFile.objects.create(

@@ -7,6 +7,7 @@ overlap (``--project``, ``--answer-timeout``, ``--max-rounds``, ``--timeout``,
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -24,6 +25,14 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="serve the protocol on stdin/stdout")
     serve.add_argument("--project", default=".", help="the workspace folder (default: cwd)")
+    serve.add_argument(
+        "--secrets-fd",
+        type=int,
+        default=None,
+        metavar="FD",
+        help="read more environment variables (a JSON object) from this pipe: the provider "
+        "key and datasource URLs, kept out of /proc/<pid>/environ",
+    )
     serve.add_argument(
         "--answer-timeout",
         type=float,
@@ -93,9 +102,51 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+PR_SET_DUMPABLE = 4  # <linux/prctl.h>
+
+
+def keep_memory_private() -> bool:
+    """Make this process non-dumpable (``prctl(PR_SET_DUMPABLE, 0)``, Linux): its
+    ``/proc/<pid>/environ`` and memory can then not be read by the tools it runs, which
+    share its user but, in PAW's jail, have no capabilities (``ptrace_may_access``,
+    proc(5)). Its environment holds the provider key and the datasource URLs, which the
+    tools are not given. Children are dumpable again after their ``execve``, which is
+    fine: they never get those values. Returns whether it took effect."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        return libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def read_secrets(fd: int) -> dict[str, str]:
+    """The JSON object of string variables the host writes to pipe ``fd`` (read to its end,
+    then closed). Put into ``os.environ`` they reach this process's own code, not its
+    initial environment block that ``/proc/<pid>/environ`` shows. Raises ``ValueError``
+    for anything but an object of strings."""
+    with os.fdopen(fd, "rb") as pipe:
+        data = json.loads(pipe.read() or b"{}")
+    if not isinstance(data, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in data.items()
+    ):
+        raise ValueError("the secrets pipe must hold a JSON object of strings")
+    return data
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run ``paw-agent``; ``serve`` ends the process itself (exit code 0)."""
     args = build_parser().parse_args(argv)
+    if not keep_memory_private():
+        print("paw-agent: could not make its memory private (prctl)", file=sys.stderr)
+    if args.secrets_fd is not None:
+        try:
+            os.environ.update(read_secrets(args.secrets_fd))
+        except (OSError, ValueError) as exc:
+            print(f"paw-agent: cannot read --secrets-fd {args.secrets_fd}: {exc}", file=sys.stderr)
+            return 2
     # The protocol gets its own copy of stdout; fd 1 then points at stderr, so a stray
     # print (ours or a library's) can never corrupt the JSON lines.
     protocol_fd = os.dup(1)

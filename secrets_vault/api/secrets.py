@@ -9,6 +9,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from paw_project.errors import NotFound
+from paw_project.throttles import SecretsThrottle
 from secrets_vault.selectors import secret_get, secret_list
 from secrets_vault.services import secret_delete, secret_set
 
@@ -40,7 +41,10 @@ class SecretListApi(APIView):
 
 class SecretDetailApi(APIView):
     """``PUT /api/secrets/{name}`` ``{value, description?}`` sets one of the caller's
-    secrets (201 when new, 200 when replaced); ``DELETE`` removes it (204)."""
+    secrets (201 when new, 200 when replaced); ``DELETE`` removes it (204). Changes are
+    throttled per user."""
+
+    throttle_classes = (SecretsThrottle,)
 
     class InputSerializer(serializers.Serializer):
         class Meta:

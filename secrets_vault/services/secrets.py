@@ -24,6 +24,12 @@ logger = logging.getLogger(__name__)
 
 #: Longest secret value accepted (characters): it becomes an environment variable.
 SECRET_VALUE_MAX_LENGTH = 32_768
+#: A person's own secrets: how many, and how long each (characters). They all become
+#: environment variables of the person's sandboxes (the kernel refuses an environment of
+#: more than a few MiB) and are masked in every event: bounded, one person cannot slow
+#: down or break the server for the others.
+USER_SECRETS_MAX = 50
+USER_SECRET_VALUE_MAX_LENGTH = 8_192
 
 
 def validation_error_as_domain(error: ValidationError) -> InvalidRequest:
@@ -73,13 +79,27 @@ def secret_save(*, secret: Secret, value: str | None = None) -> Secret:
 
     ``value`` replaces the stored value; None keeps it (a new secret needs one). Raises
     :class:`InvalidRequest` for a bad name (pattern ``^[A-Z][A-Z0-9_]{0,63}$``, reserved
-    sandbox variables), an empty, oversized or NUL-containing value, or an owner that does
-    not match the scope; :class:`Conflict` when the name is taken in that scope.
+    sandbox variables), an empty, oversized or NUL-containing value (a person's own: at
+    most ``USER_SECRET_VALUE_MAX_LENGTH``), a person's ``USER_SECRETS_MAX + 1``-th secret
+    (``too_many_secrets``), or an owner that does not match the scope; :class:`Conflict`
+    when the name is taken in that scope.
     """
     if value is not None:
         secret.value = _value_check(value)
+        if secret.scope == Secret.Scope.USER and len(value) > USER_SECRET_VALUE_MAX_LENGTH:
+            raise InvalidRequest(
+                f"One of your secrets is at most {USER_SECRET_VALUE_MAX_LENGTH} characters.",
+                code="value_too_long",
+            )
     elif secret.pk is None:
         raise InvalidRequest("A new secret needs a value.", code="value_required")
+    own = Secret.objects.filter(scope=Secret.Scope.USER, owner=secret.owner)
+    if secret.pk is None and secret.scope == Secret.Scope.USER and own.count() >= USER_SECRETS_MAX:
+        raise InvalidRequest(
+            f"You have {USER_SECRETS_MAX} secrets, the most one person may keep: delete one "
+            "you no longer need first.",
+            code="too_many_secrets",
+        )
     model_validate(secret, exclude=None if value is not None else ["value"])
     secret.updated_at = timezone.now()
     try:

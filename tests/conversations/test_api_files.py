@@ -129,6 +129,18 @@ def test_an_upload_never_overwrites_a_file_the_agent_made(api, conversation):
     assert (folder / "report.csv").read_bytes() == b"agent output"
 
 
+def test_an_upload_the_agent_deleted_leaves_the_list_and_frees_its_name(api, conversation):
+    upload(api, conversation.id, "old.csv", b"first")
+    upload(api, conversation.id, "kept.csv", b"kept")
+    (workspace_path(conversation.id) / "old.csv").unlink()  # what an approved delete_file does
+    listed = api.get(f"/api/conversations/{conversation.id}/files").json()
+    assert [item["name"] for item in listed] == ["kept.csv"]
+    again = upload(api, conversation.id, "old.csv", b"second").json()
+    assert again["name"] == "old.csv"  # not "old (1).csv": the name is free again
+    assert (workspace_path(conversation.id) / "old.csv").read_bytes() == b"second"
+    assert ConversationFile.objects.filter(conversation=conversation).count() == 2
+
+
 def test_list_files_oldest_first(api, conversation):
     upload(api, conversation.id, "b.txt", b"b")
     upload(api, conversation.id, "a.txt", b"a")

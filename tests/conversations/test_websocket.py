@@ -391,6 +391,21 @@ async def test_revoking_tokens_closes_the_sockets_opened_with_them(db):
     await other.disconnect()
 
 
+async def test_deleting_a_conversation_closes_its_open_sockets(db):
+    conversation = await database_sync_to_async(ConversationFactory)()
+    other = await database_sync_to_async(ConversationFactory)()
+    tab, elsewhere = await connect(conversation), await connect(other)
+    user = await database_sync_to_async(lambda: conversation.user)()
+    client = Client()
+    await database_sync_to_async(client.force_login)(user)
+    response = await database_sync_to_async(client.delete)(f"/api/conversations/{conversation.id}")
+    assert response.status_code == 204
+    assert await tab.receive_output(timeout=5) == {"type": "websocket.close", "code": 4404}
+    await elsewhere.send_json_to({"type": "ping"})
+    assert await elsewhere.receive_json_from() == {"type": "pong"}
+    await elsewhere.disconnect()
+
+
 async def test_signing_out_closes_that_sessions_sockets_only(db):
     conversation = await database_sync_to_async(ConversationFactory)()
     user = await database_sync_to_async(lambda: conversation.user)()

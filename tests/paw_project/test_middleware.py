@@ -135,3 +135,23 @@ def test_a_disallowed_host_is_one_warning_line_without_a_traceback(client):
     assert response.status_code == 400
     [record] = handler.records
     assert (record.levelname, record.exc_info) == ("WARNING", None)
+
+
+def test_a_newline_or_nul_in_a_request_path_cannot_forge_a_text_log_line():
+    """The text format writes one record on one line: control characters in a path are
+    escaped (``\\n``, ``\\x00``), so ``GET /x%0A… INFO paw.access …`` makes no second line."""
+    env = {**os.environ, "PAW_LOG_JSON": "0", "DJANGO_SETTINGS_MODULE": "paw_project.settings"}
+    forged = (
+        '/nothing\n2026-12-01 08:00:00,000 INFO paw.access [forged] 10.6.6.6:1 "POST /admin/"\x00'
+    )
+    code = (
+        "import django, logging; django.setup(); "
+        f"logging.getLogger('paw.access').info('%s \"GET %s HTTP/1.1\" 404', '127.0.0.1:1', {forged!r})"
+    )
+    result = subprocess.run(
+        [PYTHON, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    lines = [line for line in result.stderr.splitlines() if "paw.access" in line]
+    assert len(lines) == 1, result.stderr
+    assert "/nothing\\n2026-12-01 08:00:00,000 INFO paw.access [forged]" in lines[0]
+    assert lines[0].endswith('"POST /admin/"\\x00 HTTP/1.1" 404')

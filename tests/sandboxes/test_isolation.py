@@ -95,3 +95,66 @@ def test_run_python_cannot_reach_the_servers_files_or_another_workspace(
     assert {name: outcome for name, outcome in results.items() if outcome not in denied} == {}
     assert not (var_dir / "escaped.txt").exists()
     assert not (ROOT / "sandboxes" / "runtime" / "escaped.txt").exists()
+
+
+ENVIRON_PROBE = """
+import json, os
+results = {}
+# paw-agent is this kernel's parent (or the parent's parent, behind a guard): every
+# process of the jail but this one and its children.
+me = os.getpid()
+for pid in sorted(int(p) for p in os.listdir("/proc") if p.isdigit()):
+    if pid == me:
+        continue
+    for what in ("environ", "mem", "cmdline"):
+        try:
+            with open(f"/proc/{pid}/{what}", "rb") as f:
+                data = f.read(1 << 20) if what != "mem" else f.read(1)
+            results[f"{pid}/{what}"] = data.decode("latin-1")
+        except OSError as exc:
+            results[f"{pid}/{what}"] = type(exc).__name__
+results["own"] = dict(os.environ)
+with open("environ.json", "w") as f:
+    json.dump(results, f)
+print("probed")
+"""
+
+
+def test_run_python_cannot_read_the_runtimes_environment_with_the_provider_key(
+    worker_node, scripted_model
+):
+    """The runtime's environment holds the provider key and datasource URLs, which its tools
+    are not given; under bubblewrap they cannot read it from /proc either (paw-agent is not
+    dumpable and the jail has no capabilities)."""
+    require_bubblewrap()
+    worker_node.use("paw-agent serve", PAW_SANDBOX_ISOLATION="bwrap")
+    conversation = ConversationFactory()
+    scripted_model.load(
+        {
+            "api_key": SCRIPTED_API_KEY,
+            "responses": [
+                {"tool_calls": [{"name": "run_python", "arguments": {"code": ENVIRON_PROBE}}]},
+                "Done.",
+            ],
+        }
+    )
+    run = run_start(user=conversation.user, conversation_id=conversation.id, prompt="Look.")
+    run = wait_for(
+        lambda: Run.objects.filter(id=run.id, status__in=Run.FINISHED_STATUSES).first(), timeout=60
+    )
+    assert run.status == Run.Status.DONE, run.errors
+    results = json.loads((workspace_ensure(conversation.id) / "environ.json").read_text())
+    own = results.pop("own")
+    assert SCRIPTED_API_KEY not in json.dumps(own)
+    cmdlines = {key: value for key, value in results.items() if key.endswith("/cmdline")}
+    assert any("paw-agent" in value for value in cmdlines.values()), cmdlines  # it was seen
+    for key, value in results.items():
+        if key.endswith(("/environ", "/mem")):
+            assert SCRIPTED_API_KEY not in value, f"the provider key read from /proc/{key}"
+    runtime = next(  # paw-agent itself, not bubblewrap's init, whose arguments name it
+        key.split("/")[0]
+        for key, value in cmdlines.items()
+        if "paw-agent" in value and not value.split("\x00")[0].endswith("bwrap")
+    )
+    assert results[f"{runtime}/environ"] == "PermissionError"
+    assert results[f"{runtime}/mem"] == "PermissionError"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import logging
 import logging.config
+import secrets
 
 from django.conf import settings
 
@@ -13,6 +14,7 @@ from secrets_vault.masking import (
     MIN_MASKED_LENGTH,
     SecretMaskingFilter,
     StreamMasker,
+    looks_like_a_credential,
     mask_secrets,
     mask_text,
     secret_values_register,
@@ -128,6 +130,31 @@ def test_json_log_lines_mask_tracebacks_too():
     line = JsonFormatter("%(message)s").format(record)
     assert "json-log-secret-77aa" not in line
     assert "boom [secret:JSON_LOG_SECRET]" in line
+
+
+def test_log_lines_are_not_blanked_by_secrets_that_are_common_words():
+    """Log lines are shared: a user's "secret" 127.0.0.1 or HTTP/1.1 must not blank them
+    for everybody; events of the user's own runs still mask every value."""
+    common = {"LOGNOISE1": "127.0.0.1", "LOGNOISE2": "HTTP/1.1", "LOGNOISE3": "administrator"}
+    secret_values_register(common)
+    line = '127.0.0.1:48112 "GET /x HTTP/1.1" 200 (administrator)'
+    record = logging.LogRecord("paw.access", logging.INFO, __file__, 1, line, None, None)
+    SecretMaskingFilter().filter(record)
+    assert record.getMessage() == line
+    assert mask_text(line, common) == (
+        '[secret:LOGNOISE1]:48112 "GET /x [secret:LOGNOISE2]" 200 ([secret:LOGNOISE3])'
+    )
+    assert [looks_like_a_credential(v) for v in ("sk-proj-Abc123def456", "hunter2hunter2")] == [
+        True,
+        True,
+    ]
+
+
+def test_many_long_values_are_masked_quickly_without_a_giant_pattern():
+    """400 values of 32 KB each took minutes to compile as one regex alternation."""
+    values = {f"BIG{n}": f"{n:04d}" + secrets.token_hex(16_382) for n in range(400)}
+    text = "before " + values["BIG123"] + " after " + values["BIG7"][:100]
+    assert mask_text(text, values) == "before [secret:BIG123] after " + values["BIG7"][:100]
 
 
 def test_a_malformed_log_call_is_left_to_the_handler():

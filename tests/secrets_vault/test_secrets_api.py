@@ -130,3 +130,42 @@ def test_operators_create_list_update_and_delete_secrets(operator_client, alice)
     assert operator_client.get(f"/api/admin/secrets/{secret_id}").json()["name"] == "SHARED_KEY"
     assert operator_client.delete(f"/api/admin/secrets/{secret_id}").status_code == 204
     assert operator_client.get(f"/api/admin/secrets/{secret_id}").status_code == 404
+
+
+def test_one_person_keeps_at_most_the_allowed_number_of_secrets(alice_api, alice):
+    from secrets_vault.services.secrets import USER_SECRETS_MAX
+
+    for n in range(USER_SECRETS_MAX):
+        secret_set(name=f"KEY_{n}", value=secret_value(), user=alice)
+    response = alice_api.put("/api/secrets/ONE_MORE", {"value": secret_value()}, format="json")
+    assert response.status_code == 400 and response.json()["code"] == "too_many_secrets"
+    assert not Secret.objects.filter(name="ONE_MORE").exists()
+    # Replacing one is fine: it is not one more.
+    response = alice_api.put("/api/secrets/KEY_0", {"value": secret_value()}, format="json")
+    assert response.status_code == 200
+
+
+def test_a_persons_secret_value_is_bounded(alice_api):
+    from secrets_vault.services.secrets import USER_SECRET_VALUE_MAX_LENGTH
+
+    value = secret_value() + "x" * USER_SECRET_VALUE_MAX_LENGTH
+    response = alice_api.put("/api/secrets/HUGE", {"value": value}, format="json")
+    assert response.status_code == 400 and response.json()["code"] == "value_too_long"
+    assert not Secret.objects.filter(name="HUGE").exists()
+
+
+def test_secret_changes_are_throttled_per_person(alice_api, bob_api, settings):
+    settings.PAW_THROTTLE_UPLOADS = "3/min"
+    for n in range(3):
+        assert (
+            alice_api.put(
+                f"/api/secrets/T{n}", {"value": secret_value()}, format="json"
+            ).status_code
+            == 201
+        )
+    response = alice_api.put("/api/secrets/T3", {"value": secret_value()}, format="json")
+    assert response.status_code == 429 and int(response["Retry-After"]) > 0
+    assert alice_api.get("/api/secrets").status_code == 200  # reading is not throttled
+    assert (
+        bob_api.put("/api/secrets/T0", {"value": secret_value()}, format="json").status_code == 201
+    )

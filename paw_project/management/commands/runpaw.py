@@ -188,6 +188,9 @@ class Command(BaseCommand):
             sys.exit(exc.returncode)
 
     def _start(self, host: str, port: int, grace: float) -> None:
+        # What PAW writes from here on (the SQLite file's journal, workspaces, uploads) is
+        # readable by this user only, as `make run` arranges for its own steps too.
+        os.umask(0o077)
         if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
             # A shell starts background jobs with SIGINT ignored (and Twisted then leaves
             # it so): `kill -INT` must stop PAW all the same, like Ctrl-C in a terminal.

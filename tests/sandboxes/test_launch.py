@@ -1,0 +1,64 @@
+"""How a sandbox process is put together: its private folders, the variables kept out of
+its environment, the SQLite files bound into its jail."""
+
+from __future__ import annotations
+
+import json
+
+from sandboxes.launch import private_variables, sandbox_dirs, sqlite_datasource_binds
+
+
+def test_private_folders_are_made_real_even_where_the_agent_left_a_symlink(tmp_path):
+    """The workspace is the agent's: a `.paw` symlink to elsewhere (or a dangling one)
+    must not lead PAW's own mkdir outside it, nor break the conversation."""
+    workspace, outside = tmp_path / "workspace", tmp_path / "outside"
+    workspace.mkdir()
+    outside.mkdir()
+    (workspace / ".paw").symlink_to(outside)
+    dirs = sandbox_dirs(workspace)
+    assert list(outside.iterdir()) == []
+    assert not (workspace / ".paw").is_symlink()
+    assert all(path.is_dir() and not path.is_symlink() for path in dirs.values())
+    (workspace / ".paw" / "tmp").rmdir()
+    (workspace / ".paw" / "tmp").symlink_to(tmp_path / "gone")  # dangling
+    (workspace / ".paw" / "home" / ".cache").rmdir()
+    (workspace / ".paw" / "home" / ".cache").write_text("a file where a folder belongs")
+    dirs = sandbox_dirs(workspace)
+    assert dirs["tmp"].is_dir() and not dirs["tmp"].is_symlink()
+    assert dirs["cache"].is_dir()
+
+
+def test_the_provider_key_and_datasource_urls_are_the_private_variables():
+    env = {
+        "OPENAI_API_KEY": "sk-1",
+        "OPENAI_BASE_URL": "http://model/v1",
+        "PAW_DATASOURCES": json.dumps([{"slug": "shop", "env": "SHOP_DB"}]),
+        "SHOP_DB": "postgres://u:pw@db/shop",
+        "PAW_DATASOURCE_OTHER_URL": "sqlite:////x.db",
+        "MY_TOKEN": "the user's own, for their tools",
+    }
+    assert private_variables(env) == {
+        "OPENAI_API_KEY": "sk-1",
+        "SHOP_DB": "postgres://u:pw@db/shop",
+        "PAW_DATASOURCE_OTHER_URL": "sqlite:////x.db",
+    }
+
+
+def test_sqlite_files_are_bound_read_only_unless_the_datasource_may_write(tmp_path):
+    env = {
+        "PAW_DATASOURCES": json.dumps(
+            [
+                {"slug": "ro", "dialect": "sqlite", "env": "RO_URL", "read_only": True},
+                {"slug": "rw", "dialect": "sqlite", "env": "RW_URL", "read_only": False},
+                {"slug": "pg", "dialect": "postgresql", "env": "PG_URL"},
+            ]
+        ),
+        "RO_URL": "sqlite:////data/shop%20file.db?mode=ro",
+        "RW_URL": "sqlite:////data/rw/notes.db",
+        "PG_URL": "postgres://db/x",
+    }
+    binds = sqlite_datasource_binds(env)
+    assert binds[:3] == ["--ro-bind-try", "/data/shop file.db", "/data/shop file.db"]
+    assert "/data/shop file.db-wal" in binds
+    assert binds[-3:] == ["--bind-try", "/data/rw", "/data/rw"]
+    assert not any("db/x" in item for item in binds)
