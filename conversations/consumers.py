@@ -248,15 +248,15 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
         return True
 
     async def _resume(self, content: dict[str, Any]) -> None:
+        after = content.get("after", 0)
+        if not isinstance(after, int) or isinstance(after, bool) or after < 0:
+            await self._error("invalid", '"after" must be a cursor (an integer >= 0).')
+            return
         now = time.monotonic()
         if now - getattr(self, "_resumed_at", -RESUME_INTERVAL) < RESUME_INTERVAL:
             await self._error("rate_limited", "Resume at most once a second.")
             return
         self._resumed_at = now
-        after = content.get("after", 0)
-        if not isinstance(after, int) or isinstance(after, bool) or after < 0:
-            await self._error("invalid", '"after" must be a cursor (an integer >= 0).')
-            return
         # A cursor from the future would hide the events still to come: clamp it.
         self.cursor = min(after, await _current_cursor(self.conversation_id))
         self.live = True

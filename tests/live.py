@@ -59,14 +59,20 @@ class GroupListener:
         channel = await layer.new_channel()
         await layer.group_add(self.group, channel)
         self._ready.set()
+        # One receive at a time, never cancelled while the listener runs: cancelling a
+        # channels-redis receive that is fetching a message loses that message.
+        pending: asyncio.Future | None = None
         try:
             while not self._stop.is_set():
-                try:
-                    message = await asyncio.wait_for(layer.receive(channel), 0.2)
-                except TimeoutError:
-                    continue
-                self.messages.append(message)
+                if pending is None:
+                    pending = asyncio.ensure_future(layer.receive(channel))
+                done, _ = await asyncio.wait({pending}, timeout=0.2)
+                if pending in done:
+                    self.messages.append(pending.result())
+                    pending = None
         finally:
+            if pending is not None:
+                pending.cancel()
             await layer.group_discard(self.group, channel)
 
     def events(self) -> list[dict[str, Any]]:

@@ -166,8 +166,8 @@ def test_the_main_job_upload_ask_stream_tools_artifacts_download(chat, scripted_
     # The chart as a thumbnail that loaded, opening full size.
     thumbnail = page.locator(".artifact[data-path='chart.png'] img")
     thumbnail.wait_for(timeout=20_000)
-    page.wait_for_function(
-        "document.querySelector(\".artifact[data-path='chart.png'] img\").naturalWidth > 100"
+    page.wait_for_function(  # a function, not an expression: the page's CSP forbids eval
+        "() => document.querySelector(\".artifact[data-path='chart.png'] img\").naturalWidth > 100"
     )
     assert "inline=1" in page.locator(".artifact[data-path='chart.png'] a.thumbnail").get_attribute(
         "href"

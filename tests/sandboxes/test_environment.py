@@ -139,4 +139,10 @@ def test_the_sandbox_gets_a_fresh_environment_private_folders_and_the_configured
     runtime = process_environment(runtimes[0])
     assert runtime["OPENAI_BASE_URL"] == scripted_model.base_url
     assert runtime["OPENAI_MODEL"] == "scripted-model"
-    assert runtime["OPENAI_API_KEY"] == SCRIPTED_API_KEY
+    # The key itself came through a pipe (--secrets-fd), so it is in no environment that
+    # /proc shows; the model was called with it all the same.
+    assert "OPENAI_API_KEY" not in runtime
+    assert "--secrets-fd" in process_command_line(runtimes[0])
+    assert {entry["authorization"] for entry in scripted_model.log} == {
+        f"Bearer {SCRIPTED_API_KEY}"
+    }
