@@ -38,6 +38,12 @@ def private_path(conversation_id: UUID | str) -> Path:
     return workspace_path(conversation_id) / PRIVATE_DIR
 
 
+def _unservable(name: str) -> bool:
+    """A name no download URL can carry: a backslash (read as a separator elsewhere), or a
+    control character (a newline, a NUL)."""
+    return "\\" in name or any(ord(char) < 0x20 or ord(char) == 0x7F for char in name)
+
+
 def _is_private(parts: tuple[str, ...]) -> bool:
     """A path is private to the runtime when any of its parts starts with a dot."""
     return any(part.startswith(".") for part in parts)
@@ -48,7 +54,7 @@ def workspace_relative(conversation_id: UUID | str, relative_path: str) -> PureP
     must not be served: empty, absolute, with ``..``/backslashes/NUL, private (a part
     starting with a dot), missing, or resolving (through symlinks) outside the workspace
     or into a private part. Symlinks that stay inside resolve to their target."""
-    if not relative_path or "\x00" in relative_path or "\\" in relative_path:
+    if not relative_path or _unservable(relative_path):
         return None
     candidate = PurePosixPath(relative_path)
     if candidate.is_absolute() or ".." in candidate.parts or _is_private(candidate.parts):
@@ -107,7 +113,8 @@ class WorkspaceEntry:
 def workspace_files(conversation_id: UUID | str) -> list[WorkspaceEntry]:
     """Every non-private regular file of the workspace, recursively, sorted by path.
 
-    Private parts (names starting with a dot) are skipped and not descended into; symlinks
+    Private parts (names starting with a dot) are skipped and not descended into, and so
+    are names that cannot be downloaded (a backslash or a control character); symlinks
     are listed only when they point at a regular file inside the workspace and outside the
     private parts, and symlinked folders are not descended into. A missing workspace has no
     files.
@@ -115,9 +122,9 @@ def workspace_files(conversation_id: UUID | str) -> list[WorkspaceEntry]:
     root = workspace_path(conversation_id)
     entries: list[WorkspaceEntry] = []
     for folder, dirnames, filenames in os.walk(root, followlinks=False):
-        dirnames[:] = [name for name in dirnames if not name.startswith(".")]
+        dirnames[:] = [n for n in dirnames if not n.startswith(".") and not _unservable(n)]
         for name in filenames:
-            if name.startswith("."):
+            if name.startswith(".") or _unservable(name):
                 continue
             full = os.path.join(folder, name)
             relative = PurePosixPath(os.path.relpath(full, root)).as_posix()

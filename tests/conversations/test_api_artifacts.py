@@ -83,6 +83,16 @@ def test_an_upload_rewritten_to_the_same_size_later_is_listed(api, conversation,
     assert "uploaded.csv" in {item["path"] for item in api.get(url(conversation)).json()}
 
 
+def test_names_no_download_could_serve_are_not_listed(api, conversation, workspace):
+    (workspace / "back\\slash.txt").write_text("x")
+    (workspace / "new\nline.txt").write_text("x")
+    (workspace / "tab\tname.txt").write_text("x")
+    listed = {item["path"] for item in api.get(url(conversation)).json()}
+    assert not any("\\" in path or "\n" in path or "\t" in path for path in listed)
+    for path in ("back%5Cslash.txt", "new%0Aline.txt", "tab%09name.txt"):
+        assert api.get(url(conversation, path)).status_code == 404
+
+
 def test_empty_or_missing_workspace_lists_nothing(api, conversation):
     assert api.get(url(conversation)).json() == []
 
