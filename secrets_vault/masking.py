@@ -175,6 +175,8 @@ class StreamMasker:
 
 _known_lock = threading.Lock()
 _known: dict[str, str] = {}
+# The credential-like part of _known, decided once per value (value → name).
+_known_for_logs: dict[str, str] = {}
 
 
 def secret_values_register(secret_values: Mapping[str, str]) -> None:
@@ -189,6 +191,8 @@ def secret_values_register(secret_values: Mapping[str, str]) -> None:
         for name, value in secret_values.items():
             if isinstance(value, str) and len(value) >= MIN_MASKED_LENGTH:
                 _known.setdefault(value, name)
+                if looks_like_a_credential(value):
+                    _known_for_logs.setdefault(value, name)
 
 
 def secret_values_known() -> dict[str, str]:
@@ -219,7 +223,8 @@ class SecretMaskingFilter(logging.Filter):
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
-        known = {n: v for n, v in secret_values_known().items() if looks_like_a_credential(v)}
+        with _known_lock:
+            known = {name: value for value, name in _known_for_logs.items()}
         if not known:
             return True
         try:

@@ -8,23 +8,35 @@ from uuid import UUID
 from django.db.models import QuerySet
 
 from accounts.models import User
-from conversations.models import ConversationFile
+from conversations.models import Conversation, ConversationFile
 from conversations.selectors.artifacts import OpenArtifact, content_type_for
 from conversations.selectors.conversations import conversation_get
 from conversations.workspaces import workspace_open, workspace_path
 from paw_project.errors import NotFound
 
 
+def uploads_gone(*, conversation: Conversation) -> list[UUID]:
+    """Ids of the conversation's upload records whose file is no longer in the workspace
+    (the agent deleted it; a symlink, even dangling, still counts as there)."""
+    folder = workspace_path(conversation.id)
+    return [
+        pk
+        for pk, name in ConversationFile.objects.filter(conversation=conversation).values_list(
+            "pk", "name"
+        )
+        if not os.path.lexists(folder / name)
+    ]
+
+
 def file_list(*, user: User, conversation_id: UUID | str) -> QuerySet[ConversationFile]:
     """The files uploaded to the user's conversation that are still in its workspace (the
     agent may have deleted one), oldest first. Raises ``NotFound``."""
     conversation = conversation_get(user=user, conversation_id=conversation_id)
-    uploads = ConversationFile.objects.filter(conversation=conversation)
-    folder = workspace_path(conversation.id)
-    present = [
-        pk for pk, name in uploads.values_list("pk", "name") if os.path.lexists(folder / name)
-    ]
-    return uploads.filter(pk__in=present).order_by("created_at", "id")
+    return (
+        ConversationFile.objects.filter(conversation=conversation)
+        .exclude(pk__in=uploads_gone(conversation=conversation))
+        .order_by("created_at", "id")
+    )
 
 
 def file_get(*, user: User, conversation_id: UUID | str, file_id: UUID | str) -> ConversationFile:

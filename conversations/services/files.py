@@ -14,7 +14,7 @@ from django.utils import timezone
 from accounts.models import User
 from conversations.models import Conversation, ConversationFile
 from conversations.selectors.artifacts import content_type_for
-from conversations.selectors.files import file_get
+from conversations.selectors.files import file_get, uploads_gone
 from conversations.uploads import StagedUpload
 from conversations.workspaces import workspace_ensure, workspace_path
 from paw_project.errors import Conflict, NotFound
@@ -89,11 +89,7 @@ def file_create(
             folder = workspace_ensure(conversation.id)
             uploads = ConversationFile.objects.filter(conversation=conversation)
             # Records of uploads the agent has deleted since free their names.
-            gone = [
-                pk
-                for pk, old in uploads.values_list("pk", "name")
-                if not (folder / old).exists() and not (folder / old).is_symlink()
-            ]
+            gone = uploads_gone(conversation=conversation)
             if gone:
                 uploads.filter(pk__in=gone).delete()
             taken = set(uploads.values_list("name", flat=True))

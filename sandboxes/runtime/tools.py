@@ -207,19 +207,22 @@ def arg_repr(value: Any, limit: int = 100) -> str:
 MAX_INPUT_CHARS = 20_000
 
 
+def _parsed_args(arguments: str) -> dict[str, Any]:
+    """A call's JSON ``arguments`` as a dict; ``{}`` when they are not a JSON object."""
+    try:
+        parsed = json.loads(arguments or "{}")
+    except ValueError:
+        return {}
+    return parsed if isinstance(parsed, dict) else {}
+
+
 def full_args(arguments: str) -> dict[str, Any]:
     """A call's JSON ``arguments`` as given, for people to read what ran (the whole
     ``code`` of a ``run_python``): string values cut at ``MAX_INPUT_CHARS``, ``content``
     (a file's whole text) left out as in :func:`display_args`; ``{}`` when they are not a
     JSON object."""
-    try:
-        parsed = json.loads(arguments or "{}")
-    except ValueError:
-        return {}
-    if not isinstance(parsed, dict):
-        return {}
     shown: dict[str, Any] = {}
-    for key, value in parsed.items():
+    for key, value in _parsed_args(arguments).items():
         if key == "content":
             continue
         if isinstance(value, str) and len(value) > MAX_INPUT_CHARS:
@@ -231,13 +234,9 @@ def full_args(arguments: str) -> dict[str, Any]:
 def display_args(arguments: str) -> dict[str, str]:
     """Short reprs of a call's JSON ``arguments``, without ``content`` (too large for a
     label); ``{}`` when they are not a JSON object."""
-    try:
-        parsed = json.loads(arguments or "{}")
-    except ValueError:
-        return {}
-    if not isinstance(parsed, dict):
-        return {}
-    return {key: arg_repr(value) for key, value in parsed.items() if key != "content"}
+    return {
+        key: arg_repr(value) for key, value in _parsed_args(arguments).items() if key != "content"
+    }
 
 
 def _cut(text: str, limit: int = MAX_RESULT) -> str:
