@@ -27,15 +27,24 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def worker_database_url() -> str:
-    """The URL of the database pytest-django created (``test_`` + the configured name)."""
+def database_settings() -> dict:
+    """``{host, port, database, user}`` of the database pytest-django created (``test_`` +
+    the configured name): a PostgreSQL datasource's connection settings, say."""
     from django.db import connection
 
     settings = connection.settings_dict
-    return (
-        f"postgres://{settings['USER'] or 'postgres'}@{settings['HOST'] or '127.0.0.1'}:"
-        f"{settings['PORT'] or 5432}/{settings['NAME']}"
-    )
+    return {
+        "host": settings["HOST"] or "127.0.0.1",
+        "port": int(settings["PORT"] or 5432),
+        "database": settings["NAME"],
+        "user": settings["USER"] or "postgres",
+    }
+
+
+def worker_database_url() -> str:
+    """The URL of the database pytest-django created (``test_`` + the configured name)."""
+    db = database_settings()
+    return f"postgres://{db['user']}@{db['host']}:{db['port']}/{db['database']}"
 
 
 @contextlib.contextmanager

@@ -44,6 +44,14 @@ def demo_script() -> dict:
     return {**script, "api_key": SCRIPTED_API_KEY}
 
 
+def streaming(text: str, *, chunk_delay: float) -> dict:
+    """A script answering ``text`` in 5-character deltas, ``chunk_delay`` seconds apart."""
+    return {
+        "api_key": SCRIPTED_API_KEY,
+        "responses": [{"text": text, "chunk": 5, "chunk_delay": chunk_delay}],
+    }
+
+
 def delete_script(path: str) -> dict:
     return {
         "api_key": SCRIPTED_API_KEY,
@@ -334,12 +342,7 @@ def test_the_agents_plan_is_shown_as_todos(chat, scripted_model):
 
 def test_reload_mid_run_shows_the_whole_text_once(chat, scripted_model):
     numbers = " ".join(str(n) for n in range(1, 301))
-    scripted_model.load(
-        {
-            "api_key": SCRIPTED_API_KEY,
-            "responses": [{"text": numbers, "chunk": 5, "chunk_delay": 0.012}],
-        }
-    )
+    scripted_model.load(streaming(numbers, chunk_delay=0.012))
     page = chat.page
     ask(page, "Count to 300")
     page.wait_for_selector(".agent-text:has-text('20 21')")
@@ -358,12 +361,7 @@ def test_reload_mid_run_shows_the_whole_text_once(chat, scripted_model):
 
 def test_a_dropped_connection_shows_reconnecting_then_resumes_without_a_gap(chat, scripted_model):
     numbers = " ".join(str(n) for n in range(1, 201))
-    scripted_model.load(
-        {
-            "api_key": SCRIPTED_API_KEY,
-            "responses": [{"text": numbers, "chunk": 5, "chunk_delay": 0.015}],
-        }
-    )
+    scripted_model.load(streaming(numbers, chunk_delay=0.015))
     page = chat.page
     sockets = []
 
@@ -390,12 +388,7 @@ def test_a_dropped_connection_shows_reconnecting_then_resumes_without_a_gap(chat
 
 
 def test_cancel_stops_the_run(chat, scripted_model):
-    scripted_model.load(
-        {
-            "api_key": SCRIPTED_API_KEY,
-            "responses": [{"text": "word " * 400, "chunk": 5, "chunk_delay": 0.05}],
-        }
-    )
+    scripted_model.load(streaming("word " * 400, chunk_delay=0.05))
     page = chat.page
     ask(page, "Talk for a long time")
     page.wait_for_selector(".agent-text:has-text('word word')")

@@ -41,10 +41,19 @@ def session_cookie(user) -> str:
     return client.cookies["sessionid"].value
 
 
-async def connect(conversation: Conversation, *, user=None, path: str | None = None, cookie=True):
+async def connect(
+    conversation: Conversation,
+    *,
+    user=None,
+    path: str | None = None,
+    cookie=True,
+    sessionid: str | None = None,
+):
+    """A tab on ``conversation``: signed in with a new session of ``user`` (default: the
+    owner), or the given ``sessionid``, or without a cookie (``cookie=False``)."""
     headers = [(b"origin", b"http://localhost")]
     if cookie:
-        sid = await session_cookie(
+        sid = sessionid or await session_cookie(
             user or await database_sync_to_async(lambda: conversation.user)()
         )
         headers.append((b"cookie", f"sessionid={sid}".encode()))
@@ -413,17 +422,10 @@ async def test_signing_out_closes_that_sessions_sockets_only(db):
     for client in (leaving, staying):
         await database_sync_to_async(client.force_login)(user)
 
-    async def tab_of(client: Client) -> WebsocketCommunicator:
-        cookie = f"sessionid={client.cookies['sessionid'].value}".encode()
-        tab = WebsocketCommunicator(
-            application,
-            f"/ws/conversations/{conversation.id}/",
-            [(b"origin", b"http://localhost"), (b"cookie", cookie)],
-        )
-        assert (await tab.connect())[0]
-        return tab
-
-    gone, kept = await tab_of(leaving), await tab_of(staying)
+    gone, kept = [
+        await connect(conversation, sessionid=client.cookies["sessionid"].value)
+        for client in (leaving, staying)
+    ]
     response = await database_sync_to_async(leaving.post)("/accounts/logout/")
     assert response.status_code == 302
     assert await gone.receive_output(timeout=5) == {"type": "websocket.close", "code": 4401}

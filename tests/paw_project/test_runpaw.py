@@ -21,6 +21,7 @@ import pytest
 from django.conf import settings
 
 from tests.paw_project.test_health import probe_concurrently
+from tests.sandboxes.observe import process_alive
 from tests.support import (
     PYTHON,
     ROOT,
@@ -40,14 +41,6 @@ def _children_of(pid: int) -> list[int]:
         ["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True, check=False
     )
     return [int(p) for p in result.stdout.split()]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 @pytest.fixture(scope="module")
@@ -317,7 +310,7 @@ def test_redis_mode_runs_web_worker_and_beat_as_children_and_stops_them(db):
         assert (status, json.loads(body)["code"]) == (400, "bad_request")
         paw.send_signal(signal.SIGINT)
         assert paw.wait(timeout=40) == 0, output_of(paw)
-    assert [pid for pid in children if _alive(pid)] == []
+    assert [pid for pid in children if process_alive(pid)] == []
     assert node != settings.PAW_NODE_NAME
 
     lines = [json.loads(line) for line in output_of(paw).splitlines() if line.strip()]

@@ -23,6 +23,7 @@ from tests.conftest import SCRIPTED_API_KEY
 from tests.live import wait_for
 from tests.secrets_vault.conftest import secret_value
 from tests.secrets_vault.leaky_urls import LEAKY_URLCONF
+from tests.support import database_settings
 
 STOCK_QUERY = "SELECT item, qty FROM paw_datasource_run_stock ORDER BY id"
 STOCK_INSERT = "INSERT INTO paw_datasource_run_stock VALUES (3, 'eraser', 1)"
@@ -59,14 +60,7 @@ def scratch_table():
 
 def postgres_settings(password_placeholder: str) -> dict:
     """Connection settings of the test database, the password as a placeholder."""
-    settings = connection.settings_dict
-    return {
-        "host": settings["HOST"] or "127.0.0.1",
-        "port": int(settings["PORT"] or 5432),
-        "database": settings["NAME"],
-        "user": settings["USER"] or "postgres",
-        "password": password_placeholder,
-    }
+    return {**database_settings(), "password": password_placeholder}
 
 
 def tool_messages(scripted_model, prompt: str) -> list[str]:

@@ -7,11 +7,11 @@ import socket
 import sqlite3
 
 import pytest
-from django.db import connection
 
 from secrets_vault.models import CustomProvider, Datasource, Secret
 from secrets_vault.services import datasource_create, datasource_test, secret_set
 from tests.secrets_vault.conftest import secret_value
+from tests.support import database_settings, free_port
 
 SECRETS = "/admin/secrets_vault/secret/"
 DATASOURCES = "/admin/secrets_vault/datasource/"
@@ -112,16 +112,6 @@ def run_test_action(client, *datasources: Datasource) -> str:
     return response.content.decode()
 
 
-def pg_settings() -> dict:
-    settings = connection.settings_dict
-    return {
-        "host": settings["HOST"] or "127.0.0.1",
-        "port": int(settings["PORT"] or 5432),
-        "database": settings["NAME"],
-        "user": settings["USER"] or "postgres",
-    }
-
-
 def test_test_connection_really_connects_to_sqlite_and_postgresql(operator_client, tmp_path):
     path = tmp_path / "reports.sqlite3"
     with sqlite3.connect(path) as db:
@@ -133,7 +123,7 @@ def test_test_connection_really_connects_to_sqlite_and_postgresql(operator_clien
     )
     postgres = datasource_create(
         slug="warehouse", name="Warehouse", dialect="postgresql", read_only=True,
-        connection={**pg_settings(), "password": "{secret:REPORTS_PG_PW}"},
+        connection={**database_settings(), "password": "{secret:REPORTS_PG_PW}"},
     )  # fmt: skip
     page = run_test_action(operator_client, files, postgres)
     assert "Test connection of reports: Connected to SQLite" in page and "2 table(s)" in page
@@ -149,11 +139,11 @@ def test_test_connection_reports_failures_without_secret_values(operator_client,
     )  # fmt: skip
     closed_port = datasource_create(
         slug="down", name="Down", dialect="postgresql",
-        connection={**pg_settings(), "port": free_port()},
+        connection={**database_settings(), "port": free_port()},
     )  # fmt: skip
     no_secret = datasource_create(
         slug="nokey", name="No key", dialect="postgresql",
-        connection={**pg_settings(), "password": "{secret:NEVER_SET}"},
+        connection={**database_settings(), "password": "{secret:NEVER_SET}"},
     )  # fmt: skip
     page = run_test_action(operator_client, missing_file, closed_port, no_secret)
     assert (
@@ -163,12 +153,6 @@ def test_test_connection_reports_failures_without_secret_values(operator_client,
     assert "Test connection of down: Connection failed:" in page
     assert "No secret named NEVER_SET" in page
     assert not (tmp_path / f"{hidden}.sqlite3").exists(), "a test never creates a database"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _mariadb_reachable() -> bool:

@@ -22,6 +22,7 @@ from secrets_vault.services import (
     secret_set,
 )
 from tests.secrets_vault.conftest import secret_value
+from tests.support import database_settings
 
 
 @pytest.fixture
@@ -34,12 +35,8 @@ def sqlite_file(tmp_path):
 
 
 def postgres_connection(password_placeholder: str) -> dict:
-    settings = connection.settings_dict
     return {
-        "host": settings["HOST"] or "127.0.0.1",
-        "port": int(settings["PORT"] or 5432),
-        "database": settings["NAME"],
-        "user": settings["USER"] or "postgres",
+        **database_settings(),
         "password": password_placeholder,
         "options": {"connect_timeout": 5, "application_name": "paw-vault-test"},
     }
