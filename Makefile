@@ -1,5 +1,8 @@
 # PAW: the two commands are `make run` (start the product) and `make test` (run the suite).
-# Both create .venv with $(PYTHON) on first use and reinstall when pyproject.toml changes.
+# Both create .venv with $(PYTHON) on first use and reinstall when a pyproject.toml changes.
+# Three distributions from this repository: the server (pyproject.toml), the agent runtime
+# paw-agent (paw_agent/pyproject.toml), which a sandbox host can install alone, and the
+# Python client paw-client (clients/python/pyproject.toml).
 
 PYTHON ?= python3.11
 VENV ?= .venv
@@ -15,13 +18,14 @@ export PAW_TEST_DATABASE_URL PAW_TEST_REDIS_URL
 PAW_VAR_DIR ?= var
 SECRET_KEY_FILE := $(PAW_VAR_DIR)/secret_key
 
-.PHONY: run test install install-dev lint clean
+.PHONY: run test install install-dev lint imports clean changepassword
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml paw_agent/pyproject.toml clients/python/pyproject.toml
 	@if [ -x $(PY) ]; then echo "Updating PAW in $(VENV)…"; \
 	else echo "Installing PAW into $(VENV) (first run takes about a minute)…"; $(PYTHON) -m venv $(VENV); fi
 	@$(PY) -m pip install --quiet --upgrade pip
 	@$(PY) -m pip install --quiet -e .
+	@$(PY) -m pip install --quiet -e ./paw_agent -e ./clients/python
 	@touch $@
 
 $(VENV)/.installed-dev: $(VENV)/.installed
@@ -46,13 +50,25 @@ run: $(VENV)/.installed
 	$(PY) manage.py ensure_admin && \
 	exec $(PY) manage.py runpaw
 
+# A lost password (the administrator's, or anyone's): set a new one, asked twice, on the
+# database `make run` uses. `make changepassword ADMIN_USER=alice` for another account.
+ADMIN_USER ?= $(or $(PAW_ADMIN_USERNAME),admin)
+changepassword: $(VENV)/.installed
+	@export PAW_VAR_DIR="$(PAW_VAR_DIR)" PAW_SECRET_KEY="$${PAW_SECRET_KEY:-$$(cat "$(SECRET_KEY_FILE)" 2>/dev/null)}" && \
+	$(PY) manage.py changepassword "$(ADMIN_USER)"
+
 test: $(VENV)/.installed-dev
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: $(VENV)/.installed-dev
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
+	$(PY) tools/import_graph.py >/dev/null
 	PAW_DEBUG=1 $(PY) manage.py makemigrations --check --dry-run
+
+# The import graph between PAW's packages, and a check that it has no cycle.
+imports: $(VENV)/.installed-dev
+	$(PY) tools/import_graph.py
 
 bench: $(VENV)/.installed-dev
 	$(PY) bench/api.py

@@ -1,13 +1,50 @@
-"""API authentication: JWT bearer tokens checked against the user's ``token_version``."""
+"""API authentication: personal API tokens (``paw_…``) and JWT bearer tokens, both checked
+against the user's ``token_version``."""
 
 from __future__ import annotations
 
+from rest_framework.authentication import BaseAuthentication, get_authorization_header
+from rest_framework.request import Request
 from rest_framework_simplejwt.authentication import JWTAuthentication
 from rest_framework_simplejwt.exceptions import AuthenticationFailed
 from rest_framework_simplejwt.tokens import Token
 
-from accounts.models import User
+from accounts.models import PersonalToken, User
+from accounts.services import PERSONAL_TOKEN_PREFIX, personal_token_authenticate
 from accounts.tokens import TOKEN_VERSION_CLAIM
+
+
+class PersonalTokenAuthentication(BaseAuthentication):
+    """``Authorization: Bearer paw_…``: a personal API token (``accounts.models.PersonalToken``).
+
+    A bearer value that does not start with ``paw_`` is left to the next class (the JWT
+    one); a ``paw_`` value that is unknown, expired or revoked is a 401
+    (``token_not_valid``), never passed on. ``request.auth`` is the token. Listed first in
+    ``DEFAULT_AUTHENTICATION_CLASSES``, so every endpoint accepts it and its throttles
+    count the token's user like any other."""
+
+    keyword = b"bearer"
+
+    def authenticate(self, request: Request) -> tuple[User, PersonalToken] | None:
+        parts = get_authorization_header(request).split()
+        if len(parts) != 2 or parts[0].lower() != self.keyword:
+            return None
+        try:
+            raw = parts[1].decode("ascii")
+        except UnicodeDecodeError:
+            return None
+        if not raw.startswith(PERSONAL_TOKEN_PREFIX):
+            return None
+        found = personal_token_authenticate(raw=raw)
+        if found is None:
+            raise AuthenticationFailed(
+                "The API token is not valid (unknown, expired or revoked).",
+                code="token_not_valid",
+            )
+        return found
+
+    def authenticate_header(self, request: Request) -> str:
+        return 'Bearer realm="api"'
 
 
 class PawJWTAuthentication(JWTAuthentication):

@@ -2,27 +2,38 @@
 
 Edges only: Django's ``LoginView`` / ``LogoutView`` (CSRF-protected; django-axes locks a
 username and address out after ``PAW_LOGIN_FAILURE_LIMIT`` failures), and a registration
-form that calls :func:`accounts.services.user_register`, the rule the API uses too.
+form that calls :func:`accounts.services.user_register`, the rule the API uses too. With
+single sign-on (:mod:`sso`) the sign-in page also offers "Sign in with …", and the
+admin signs in there too; ``PAW_PASSWORD_LOGIN=0`` leaves that the only way.
 """
 
 from __future__ import annotations
 
 from django import forms
 from django.conf import settings
-from django.contrib.auth import login, password_validation
+from django.contrib import admin, messages
+from django.contrib.auth import REDIRECT_FIELD_NAME, login, password_validation
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.validators import UnicodeUsernameValidator
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils.decorators import method_decorator
+from django.utils.http import urlencode
 from django.views.decorators.debug import sensitive_post_parameters
 
 from accounts import services
 from accounts.models import User
+from paw_project.asgi_limits import BodyKind, request_body
 from paw_project.errors import DomainError
 from paw_project.security import content_security_policy
 from paw_project.throttles import AuthThrottle
+
+#: The tag of the messages the sign-in page shows (not, say, an admin's "saved"): single
+#: sign-on's failures (``sso.views``) carry it.
+SIGN_IN_MESSAGE_TAG = "sign-in"
+PASSWORD_LOGIN_OFF = "Sign-in with a password is turned off on this server."  # noqa: S105
 
 #: The backend a freshly registered user is signed in with (the lockout backend first in
 #: AUTHENTICATION_BACKENDS authenticates nobody).
@@ -46,8 +57,14 @@ class LoginPage(auth_views.LoginView):
 
     template_name = "accounts/login.html"
     redirect_authenticated_user = True
+    request_body_kind = BodyKind.ANONYMOUS  # the smallest body limit (paw_project.asgi_limits)
 
     def post(self, request, *args, **kwargs):
+        if not settings.PAW_PASSWORD_LOGIN:
+            form = self.get_form()
+            form.errors.clear()
+            form.add_error(None, PASSWORD_LOGIN_OFF)
+            return self.render_to_response(self.get_context_data(form=form), status=403)
         wait = throttled(request)
         if wait is None:
             return super().post(request, *args, **kwargs)
@@ -61,7 +78,36 @@ class LoginPage(auth_views.LoginView):
     def get_context_data(self, **kwargs):
         context = super().get_context_data(**kwargs)
         context["registration_open"] = settings.PAW_ALLOW_REGISTRATION
+        context["password_login"] = settings.PAW_PASSWORD_LOGIN
+        # Why the last single sign-on failed (other pages' messages are dropped here).
+        context["sign_in_problems"] = [
+            str(message)
+            for message in messages.get_messages(self.request)
+            if SIGN_IN_MESSAGE_TAG in message.tags.split()
+        ]
+        if services.sso_enabled():
+            start = reverse("sso_start")
+            next_url = context.get("next")
+            context["sso"] = {
+                "name": settings.PAW_OIDC_NAME,
+                "url": f"{start}?{urlencode({'next': next_url})}" if next_url else start,
+            }
         return context
+
+
+def admin_login(request: HttpRequest) -> HttpResponse:
+    """``/admin/login/``: the admin's own sign-in form, or, with single sign-on or
+    without password sign-in, PAW's sign-in page (which comes back to the admin). A
+    signed-in person who is not staff gets the admin's page saying so (sending them to
+    the sign-in page would come straight back)."""
+    if request.user.is_authenticated or (
+        settings.PAW_PASSWORD_LOGIN and not services.sso_enabled()
+    ):
+        if request.method == "POST" and not settings.PAW_PASSWORD_LOGIN:
+            raise PermissionDenied(PASSWORD_LOGIN_OFF)
+        return admin.site.login(request)
+    next_url = request.GET.get(REDIRECT_FIELD_NAME) or reverse("admin:index")
+    return redirect(f"{settings.LOGIN_URL}?{urlencode({REDIRECT_FIELD_NAME: next_url})}")
 
 
 class LogoutPage(auth_views.LogoutView):
@@ -118,6 +164,7 @@ class RegisterForm(forms.Form):
         return data
 
 
+@request_body(BodyKind.ANONYMOUS)
 @content_security_policy
 @sensitive_post_parameters("password", "password_again")
 def register_page(request: HttpRequest) -> HttpResponse:

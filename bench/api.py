@@ -1,15 +1,15 @@
 """Benchmark: ``GET /api/conversations`` (10 items) under concurrent load, against real
-Daphne processes on PostgreSQL, over loopback.
+web processes (uvicorn, ``paw_project.web``) on PostgreSQL, over loopback.
 
     .venv/bin/python bench/api.py [--clients 50] [--seconds 10] [--web-processes 2]
 
 It creates (or reuses) the database ``PAW_BENCH_DATABASE_URL`` (default
 ``postgres://postgres@127.0.0.1:5432/paw_bench``), migrates it, makes a user with 10
-conversations and a JWT, starts ``--web-processes`` Daphne processes sharing one listening
-socket (``daphne --fd``; the kernel spreads connections over them), then runs ``--clients``
-keep-alive HTTP/1.1 connections as fast as they get answers for ``--seconds`` after a
-2-second warm-up, and prints requests/s and latency percentiles. Every answer must be a
-200 with 10 items, or the run fails. Redis (``PAW_BENCH_REDIS_URL``, default
+conversations and a JWT, starts ``--web-processes`` web processes sharing one
+listening socket (``python -m paw_project.web --fd``; the kernel spreads connections over
+them), then runs ``--clients`` keep-alive HTTP/1.1 connections as fast as they get
+answers for ``--seconds`` after a 2-second warm-up, and prints requests/s and latency
+percentiles. Every answer must be a 200 with 10 items, or the run fails. Redis (``PAW_BENCH_REDIS_URL``, default
 ``redis://127.0.0.1:6379/12``) is the cache, as in production. Only loopback is used.
 """
 

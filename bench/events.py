@@ -3,7 +3,7 @@
     .venv/bin/python bench/events.py [--lines 20000] [--concurrent 100] [--quick]
 
 Runs a real stack in Redis mode on loopback (``bench/stack.py``: PostgreSQL, Redis, one
-Daphne process, one Celery worker node) and real websocket clients (``websockets``), and
+web process, one Celery worker node) and real websocket clients (``websockets``), and
 measures, each against the target of issue 4:
 
 1. lines/s relayed exactly once from one sandbox to one websocket client (a runtime that
@@ -18,7 +18,7 @@ measures, each against the target of issue 4:
    latency percentiles, and that nothing is lost, doubled or reordered.
 
 Measures 1, 2, 3 and 6 use the test suite's scripted runtime
-(``tests/runtimes/fake_runtime.py``, isolation ``none``) so they time PAW, not a model;
+(``tests/sandboxes/fake_runtime.py``, isolation ``none``) so they time PAW, not a model;
 4 and 5 use the real ``paw-agent`` against the project's scripted model server.
 """
 
@@ -49,7 +49,7 @@ from stack import (
 MEASURES = ["throughput", "latency", "warm", "concurrent", "cold", "memory"]
 #: Seconds a concurrent-run client waits for its run's result before it counts as stalled.
 STALL_SECONDS = 90
-FAKE = f"{sys.executable} {ROOT / 'tests' / 'runtimes' / 'fake_runtime.py'} serve"
+FAKE = f"{sys.executable} {ROOT / 'tests' / 'sandboxes' / 'fake_runtime.py'} serve"
 
 
 class Stack:
@@ -382,7 +382,7 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    from paw_project.scripted_model import ScriptedModel
+    from scripted_model import ScriptedModel
 
     with ScriptedModel({"fallback": "ok"}) as model:
         provider = {

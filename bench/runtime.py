@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from paw_project.scripted_model import ScriptedModel
+from scripted_model import ScriptedModel
 
 BIN = Path(sys.executable).parent
 RUNTIMES = ("paw-agent", "python-agent-harness")

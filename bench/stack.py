@@ -1,5 +1,6 @@
-"""A real PAW stack for benchmarks: its database, Daphne web processes and a Celery worker
-node, on loopback, in Redis mode (as in production). Used by ``bench/api.py`` and
+"""A real PAW stack for benchmarks: its database, web processes (``paw_project.web``, as
+``make run`` starts them) and a Celery worker node, on loopback, in Redis mode (as in
+production). Used by ``bench/api.py`` and
 ``bench/events.py``; never by the product or the test suite.
 
 Environment: ``PAW_BENCH_DATABASE_URL`` (default
@@ -89,8 +90,9 @@ def bench_user_token(env: dict[str, str], *, conversations: int = 0) -> str:
 
 
 def start_web(processes: int, env: dict[str, str]) -> tuple[list[subprocess.Popen], int]:
-    """Daphne processes sharing one listening socket on 127.0.0.1 (the kernel spreads
-    connections over them); ``(processes, port)``."""
+    """Web processes (``python -m paw_project.web --fd``, as ``runpaw`` starts them)
+    sharing one listening socket on 127.0.0.1 (the kernel spreads connections over them);
+    ``(processes, port)``."""
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind(("127.0.0.1", 0))
@@ -100,17 +102,7 @@ def start_web(processes: int, env: dict[str, str]) -> tuple[list[subprocess.Pope
     fd = listener.fileno()
     children = [
         subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "daphne",
-                "--fd",
-                str(fd),
-                "--proxy-headers",
-                "-v",
-                "0",
-                "paw_project.asgi:application",
-            ],
+            [sys.executable, "-m", "paw_project.web", "--fd", str(fd)],
             cwd=ROOT,
             env=env,
             pass_fds=(fd,),

@@ -10,6 +10,7 @@ from django.http import HttpRequest, HttpResponse
 
 from billing.models import Budget, UsageEvent
 from billing.selectors import TOKENS, usage_totals
+from paw_project.adminkit import PawModelAdmin
 
 
 class BudgetInline(admin.StackedInline):
@@ -26,7 +27,7 @@ class BudgetInline(admin.StackedInline):
 
 
 @admin.register(UsageEvent)
-class UsageEventAdmin(admin.ModelAdmin):
+class UsageEventAdmin(PawModelAdmin):
     """The ledger: one row per finished run. Nobody edits or deletes it here (budgets
     are computed from it). The change list shows the totals of the filtered rows."""
 
@@ -42,6 +43,7 @@ class UsageEventAdmin(admin.ModelAdmin):
         "tokens",
         "rounds",
         "estimated",
+        "demo",
     )
     list_filter = (
         ("user", admin.RelatedOnlyFieldListFilter),
@@ -50,6 +52,7 @@ class UsageEventAdmin(admin.ModelAdmin):
         ("created", admin.DateFieldListFilter),
         "run_status",
         "estimated",
+        "demo",
     )
     date_hierarchy = "created"
     search_fields = ("=run__id", "=conversation__id", "user__username", "model")

@@ -15,8 +15,13 @@ class UsageEvent(models.Model):
     ``cancelled``), written in the transaction that finishes the run.
 
     Tokens are the provider's counts (``estimated`` when the provider reported none and
-    the runtime estimated them). The row outlives its conversation and run (both become
+    the runtime estimated them, or when the runtime reported none at all, cancelled,
+    crashed or lost mid-stream, and PAW estimated them from the prompt, the history sent
+    and the text streamed). The row outlives its conversation and run (both become
     ``NULL`` when deleted), so deleting a conversation never gives a budget back.
+
+    ``demo`` rows are the offline demo's runs (provider ``demo``): listed like any other,
+    left out of what budgets count (``billing.selectors.tokens_used``).
     """
 
     id = models.BigAutoField(primary_key=True)
@@ -45,7 +50,18 @@ class UsageEvent(models.Model):
     output_tokens = models.PositiveBigIntegerField(default=0)
     rounds = models.PositiveIntegerField(default=0, help_text="Model calls.")
     estimated = models.BooleanField(
-        default=False, help_text="The provider reported no usage: the runtime estimated it."
+        default=False,
+        help_text=(
+            "The provider reported no usage (the runtime estimated it), or the runtime "
+            "reported none (PAW estimated it from the prompt, history and streamed text)."
+        ),
+    )
+    demo = models.BooleanField(
+        default=False,
+        help_text=(
+            "The offline demo's scripted model answered (provider demo, no AI): shown as "
+            "demo usage, never counted against budgets."
+        ),
     )
     created = models.DateTimeField(default=timezone.now, editable=False)
 

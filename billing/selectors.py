@@ -17,6 +17,7 @@ from django.db.models.functions import Coalesce, TruncDate
 from django.utils import timezone
 
 from billing.models import Budget, UsageEvent
+from paw_project.demo import DEMO_PROVIDER_NAME
 from paw_project.errors import Forbidden, InvalidRequest, NotFound
 
 #: Longest date range the usage report covers (days, both ends included).
@@ -57,6 +58,13 @@ def iso_utc(at: datetime) -> str:
     return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def usage_is_demo(*, provider: str) -> bool:
+    """Whether a run on ``provider`` is demo usage: the offline demo's scripted model
+    (``paw_project.demo.DEMO_PROVIDER_NAME``, a name no custom provider may take),
+    which costs nothing and so counts against no budget."""
+    return provider == DEMO_PROVIDER_NAME
+
+
 def budget_limits(*, user_id: int) -> BudgetLimits:
     """The user's budgets: their :class:`~billing.models.Budget` where set, else
     ``PAW_BUDGET_MONTHLY_TOKENS`` and ``PAW_BUDGET_RUN_TOKENS``. One query."""
@@ -73,8 +81,9 @@ def budget_limits(*, user_id: int) -> BudgetLimits:
 def tokens_used(*, user_id: int, since: datetime, until: datetime | None = None) -> int:
     """Tokens (input + output) the user's finished runs used from ``since`` (inclusive)
     to ``until`` (exclusive; open-ended when ``None``), by the time the ledger row was
-    written (the run's end). One query."""
-    events = UsageEvent.objects.filter(user_id=user_id, created__gte=since)
+    written (the run's end), demo usage left out (it counts against no budget). One
+    query."""
+    events = UsageEvent.objects.filter(user_id=user_id, created__gte=since, demo=False)
     if until is not None:
         events = events.filter(created__lt=until)
     return events.aggregate(tokens=Coalesce(Sum(TOKENS), 0))["tokens"]
@@ -84,7 +93,7 @@ def budget_status(*, user_id: int, now: datetime | None = None) -> dict[str, Any
     """Where the user stands against their budgets: ``{"monthly_limit": int,
     "used_this_month": int, "resets_at": datetime, "run_limit": int}``. Limits are
     tokens (per calendar month in UTC, per run; 0 = unlimited), ``used_this_month`` the
-    tokens of runs that ended since the month began, ``resets_at`` the next month's
+    tokens of runs that ended since the month began (demo usage left out), ``resets_at`` the next month's
     start (UTC)."""
     now = now or timezone.now()
     limits = budget_limits(user_id=user_id)

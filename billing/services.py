@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
+from django.db import transaction
 from django.utils import timezone
 
 from billing.models import UsageEvent
@@ -25,8 +26,9 @@ from billing.selectors import (
     month_start,
     next_month_start,
     tokens_used,
+    usage_is_demo,
 )
-from conversations.models import Run
+from paw_project import metrics
 from paw_project.errors import BudgetExhausted
 
 logger = logging.getLogger(__name__)
@@ -63,10 +65,31 @@ def usage_merge(final: Any, running: Any) -> dict[str, Any]:
     return merged
 
 
+def estimate_tokens(chars: int) -> int:
+    """Tokens of ``chars`` characters of text, estimated as paw-agent estimates them (~3.5
+    characters per token; at least 1 for any text, 0 for none)."""
+    return (chars * 2 + 6) // 7 if chars > 0 else 0
+
+
+def usage_estimate(*, sent_chars: int, streamed_chars: int, rounds: int = 0) -> dict[str, Any]:
+    """The usage of a run that used the model but reported no tokens (it was cancelled,
+    timed out, crashed or lost mid-stream), from what PAW saw: ``sent_chars`` characters
+    sent to the model (its prompt and the history it carries) as input, ``streamed_chars``
+    characters of text it streamed as output; ``rounds`` model calls (at least 1). Flagged
+    ``estimated``. A lower bound: tool results and system prompts are not counted."""
+    return {
+        "input": estimate_tokens(sent_chars),
+        "output": estimate_tokens(streamed_chars),
+        "rounds": max(_count(rounds), 1),
+        "estimated": True,
+    }
+
+
 def usage_record(*, run: Any) -> UsageEvent:
     """Write the ledger row of a finished run (``run.usage`` = ``{"input", "output",
     "rounds", "estimated"}``, tokens; missing keys count 0), attributed to its user,
-    conversation, provider and model.
+    conversation, provider and model; a run of the offline demo's provider is marked
+    ``demo`` (:func:`~billing.selectors.usage_is_demo`).
 
     Called by ``conversations.services.runs`` in the transaction that finishes the run,
     under the run's row lock. Idempotent: a run already in the ledger keeps its row (the
@@ -85,16 +108,29 @@ def usage_record(*, run: Any) -> UsageEvent:
             "output_tokens": usage["output"],
             "rounds": usage["rounds"],
             "estimated": usage["estimated"],
+            "demo": usage_is_demo(provider=run.provider),
             "created": run.finished_at or timezone.now(),
         },
     )
-    if not created:
+    if created:
+        transaction.on_commit(
+            lambda: metrics.tokens_used(
+                provider=event.provider,
+                model=event.model,
+                input=event.input_tokens,
+                output=event.output_tokens,
+                estimated=event.estimated,
+            )
+        )
+    else:
         logger.warning("run %s is already in the usage ledger; not billed again", run.id)
     return event
 
 
-def budget_check_start(*, user_id: int, now: datetime | None = None) -> None:
-    """Refuse to start a run once the user's monthly budget is used up.
+def budget_check_start(*, user_id: int, provider: str = "", now: datetime | None = None) -> None:
+    """Refuse to start a run on ``provider`` once the user's monthly budget is used up.
+    A run of the offline demo (:func:`~billing.selectors.usage_is_demo`) always starts:
+    it costs nothing, so no budget applies to it.
 
     Raises :class:`BudgetExhausted` (402, ``budget_exhausted``) with ``extra``
     ``{"used": int, "limit": int, "resets_at": "YYYY-MM-01T00:00:00Z"}`` (tokens; the
@@ -102,6 +138,8 @@ def budget_check_start(*, user_id: int, now: datetime | None = None) -> None:
     user one token under it can start (the run itself is then stopped once it passes the
     limit: :class:`RunBudgetGuard`). No query beyond the budget's when it is unlimited.
     """
+    if usage_is_demo(provider=provider):
+        return
     limit = budget_limits(user_id=user_id).monthly
     if not limit:
         return
@@ -109,6 +147,7 @@ def budget_check_start(*, user_id: int, now: datetime | None = None) -> None:
     resets_at = next_month_start(now)
     used = tokens_used(user_id=user_id, since=month_start(now), until=resets_at)
     if used >= limit:
+        metrics.budget_refused(stage="start")
         raise BudgetExhausted(
             f"Your monthly token budget is used up ({used} of {limit} tokens); "
             f"it resets on {resets_at:%Y-%m-%d} (UTC).",
@@ -127,6 +166,15 @@ class _RunBudget:
     loaded_at: float
     tokens: int = 0  # the run's latest running total
     seen_at: float = 0.0  # when its latest usage line was checked (monotonic)
+    demo: bool = False  # the offline demo's run: no limit, and it counts for nobody
+
+
+def _run_is_demo(run_id: uuid.UUID) -> bool:
+    """Whether the run ``run_id`` is on the offline demo's provider (one query; the run
+    model is the ledger's ``run`` relation, so billing names no other app's module)."""
+    runs = UsageEvent._meta.get_field("run").related_model.objects
+    provider = runs.filter(pk=run_id).values_list("provider", flat=True).first()
+    return usage_is_demo(provider=provider or "")
 
 
 class RunBudgetGuard:
@@ -140,20 +188,20 @@ class RunBudgetGuard:
 
     The monthly check counts the user's finished runs (the ledger), the run itself, and
     the running totals of the user's other runs going on on this node. Runs on other
-    nodes count once they end (within ``MONTHLY_REFRESH_SECONDS``).
+    nodes count once they end (within ``MONTHLY_REFRESH_SECONDS``). A run of the offline
+    demo (its provider, read once with its limits) is never stopped and counts for no
+    other run: demo usage is not charged to budgets.
     """
 
     def __init__(self) -> None:
         self._runs: dict[uuid.UUID, _RunBudget] = {}
 
-    def check(self, *, run_id: uuid.UUID, usage: dict[str, Any]) -> str | None:
+    def check(self, *, run_id: uuid.UUID, user_id: int, usage: dict[str, Any]) -> str | None:
         """``None`` while the run is within its budgets, else the reason to stop it (a
-        sentence for the person). ``usage``: ``{"input", "output", ...}`` running totals
-        (tokens). A run is stopped once it is *past* a limit: its tokens over the run
+        sentence for the person). ``user_id``: the run's user; ``usage``: ``{"input",
+        "output", ...}`` running totals (tokens). A run is stopped once it is *past* a limit: its tokens over the run
         limit, or this month's tokens (its own included) over the monthly limit."""
-        budget = self._budget(run_id)
-        if budget is None:
-            return None
+        budget = self._budget(run_id, user_id)
         tokens = _count(usage.get("input")) + _count(usage.get("output"))
         budget.tokens = tokens
         budget.seen_at = time.monotonic()
@@ -167,7 +215,7 @@ class RunBudgetGuard:
             others = sum(
                 other.tokens
                 for other_id, other in self._runs.items()
-                if other.user_id == budget.user_id and other_id != run_id
+                if other.user_id == budget.user_id and other_id != run_id and not other.demo
             )
             used = budget.used_before + others + tokens
             if used > budget.monthly_limit:
@@ -183,23 +231,26 @@ class RunBudgetGuard:
         usage of the user's other runs here (as the ledger will say at their next
         refresh)."""
         ended = self._runs.pop(run_id, None)
-        if ended is None:
+        if ended is None or ended.demo:
             return
         for other in self._runs.values():
             if other.user_id == ended.user_id:
                 other.used_before += ended.tokens
 
-    def _budget(self, run_id: uuid.UUID) -> _RunBudget | None:
+    def _budget(self, run_id: uuid.UUID, user_id: int) -> _RunBudget:
         budget = self._runs.get(run_id)
         if budget is not None:
             return budget
-        user_id = Run.objects.filter(id=run_id).values_list("user_id", flat=True).first()
-        if user_id is None:
-            return None
         self._evict_stale()
+        month = month_start(timezone.now())
+        if _run_is_demo(run_id):
+            budget = _RunBudget(
+                user_id=user_id, run_limit=0, monthly_limit=0, month=month, used_before=0,
+                loaded_at=time.monotonic(), demo=True,
+            )  # fmt: skip
+            self._runs[run_id] = budget
+            return budget
         limits = budget_limits(user_id=user_id)
-        now = timezone.now()
-        month = month_start(now)
         budget = _RunBudget(
             user_id=user_id,
             run_limit=limits.run,

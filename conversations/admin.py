@@ -6,6 +6,7 @@ from __future__ import annotations
 from django.contrib import admin
 
 from conversations.models import Approval, Conversation, ConversationFile, Run, RunEvent
+from paw_project.adminkit import PawModelAdmin
 
 
 class ReadOnlyInline(admin.TabularInline):
@@ -19,6 +20,11 @@ class ReadOnlyInline(admin.TabularInline):
     def has_change_permission(self, request, obj=None) -> bool:
         return False
 
+    def get_readonly_fields(self, request, obj=None) -> tuple[str, ...]:
+        # Every field shown, read-only: a form built with a non-editable field
+        # (``created_at``) raised FieldError, so the conversation's page answered 500.
+        return tuple(self.fields or ())
+
 
 class FileInline(ReadOnlyInline):
     model = ConversationFile
@@ -31,7 +37,7 @@ class RunInline(ReadOnlyInline):
 
 
 @admin.register(Conversation)
-class ConversationAdmin(admin.ModelAdmin):
+class ConversationAdmin(PawModelAdmin):
     list_display = ("title", "id", "user", "auto_approve", "last_activity_at")
     list_filter = ("auto_approve",)
     search_fields = ("id", "title", "user__username")
@@ -47,7 +53,7 @@ class ConversationAdmin(admin.ModelAdmin):
 
 
 @admin.register(Run)
-class RunAdmin(admin.ModelAdmin):
+class RunAdmin(PawModelAdmin):
     list_display = (
         "id",
         "conversation",
@@ -85,7 +91,7 @@ class EventTypeFilter(admin.SimpleListFilter):
 
 
 @admin.register(RunEvent)
-class RunEventAdmin(admin.ModelAdmin):
+class RunEventAdmin(PawModelAdmin):
     """Events, paginated: a run can have thousands (filter by run id in the search box);
     no full count on filtered pages (it would count the whole table again)."""
 
@@ -104,9 +110,11 @@ class RunEventAdmin(admin.ModelAdmin):
 
 
 @admin.register(Approval)
-class ApprovalAdmin(admin.ModelAdmin):
+class ApprovalAdmin(PawModelAdmin):
     list_display = (
         "id",
+        "conversation",
+        "prompt_text",
         "kind",
         "status",
         "decided_by",
@@ -114,12 +122,19 @@ class ApprovalAdmin(admin.ModelAdmin):
         "via",
         "created_at",
         "decided_at",
+        "used_at",
     )
     list_filter = ("kind", "status", "decided_by", "via")
     # decided_by_user is nullable, so the admin's automatic select_related skips it.
-    list_select_related = ("decided_by_user",)
+    list_select_related = ("decided_by_user", "conversation")
     search_fields = ("id", "run__id", "conversation__id", "prompt")
     readonly_fields = [f.name for f in Approval._meta.fields]
+
+    @admin.display(description="prompt", ordering="prompt")
+    def prompt_text(self, approval: Approval) -> str:
+        """What the person was asked, cut to one line of the list."""
+        text = " ".join((approval.prompt or "").split())
+        return text if len(text) <= 120 else text[:119] + "…"
 
     def has_add_permission(self, request) -> bool:
         return False

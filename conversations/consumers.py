@@ -20,7 +20,9 @@ compares its cursor with the conversation's once, and replays what it lacks: a m
 the channel layer dropped (it does for a channel over its capacity) is caught up at the
 latest then, even when it was the last one of a run.
 
-Close codes: 4401 not signed in, 4403 not the owner, 4404 no such conversation.
+Close codes: 4401 not signed in (or signed out, or its token revoked), 4404 no such
+conversation — also another user's one, as the REST API answers 404 for it (ids cannot be
+probed) — or the conversation was deleted.
 """
 
 from __future__ import annotations
@@ -37,12 +39,15 @@ from uuid import UUID
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from conversations.models import Approval, Conversation, Run, RunEvent
+from conversations.models import Conversation
+from conversations.selectors.conversations import conversation_get
+from conversations.selectors.events import conversation_cursor, event_messages_after
+from conversations.selectors.messages import pending_messages
 from conversations.services import approvals as approval_services
-from conversations.services import events as event_services
 from conversations.services import runs as run_services
+from paw_project import metrics
 from paw_project.broadcast import conversation_group, session_group, user_group
-from paw_project.errors import DomainError
+from paw_project.errors import DomainError, NotFound
 
 logger = logging.getLogger(__name__)
 
@@ -66,52 +71,20 @@ QUIET_CHECK_SECONDS = 2.0
 
 @database_sync_to_async
 def _conversation_access(user: Any, conversation_id: str) -> tuple[int, Conversation | None]:
-    """``(close code or 0, conversation)`` for a user opening a conversation's socket."""
+    """``(close code or 0, conversation)`` for a user opening a conversation's socket: the
+    REST API's own lookup, so another user's conversation is "no such conversation" here
+    too (4404: ids cannot be probed)."""
     if user is None or not user.is_authenticated:
         return 4401, None
     try:
-        conversation = Conversation.objects.get(id=UUID(conversation_id))
-    except (ValueError, Conversation.DoesNotExist):
+        return 0, conversation_get(user=user, conversation_id=conversation_id)
+    except NotFound:
         return 4404, None
-    if conversation.user_id != user.pk:
-        return 4403, None
-    return 0, conversation
 
 
-@database_sync_to_async
-def _current_cursor(conversation_id: UUID) -> int:
-    return (
-        Conversation.objects.filter(id=conversation_id)
-        .values_list("event_cursor", flat=True)
-        .first()
-        or 0
-    )
-
-
-@database_sync_to_async
-def _events_between(conversation_id: UUID, after: int, until: int | None) -> list[dict[str, Any]]:
-    events = RunEvent.objects.filter(conversation_id=conversation_id, cursor__gt=after)
-    if until is not None:
-        events = events.filter(cursor__lt=until)
-    return [event_services.event_message(e) for e in events.order_by("cursor")[:REPLAY_PAGE]]
-
-
-@database_sync_to_async
-def _pending_state(conversation_id: UUID) -> list[dict[str, Any]]:
-    """What a new connection must know: the active run's status and pending approvals."""
-    messages = [
-        event_services.run_status_message(run)
-        for run in Run.objects.filter(
-            conversation_id=conversation_id, status__in=Run.ACTIVE_STATUSES
-        )
-    ]
-    messages += [
-        approval_services.approval_request_message(approval)
-        for approval in Approval.objects.filter(
-            conversation_id=conversation_id, status=Approval.Status.PENDING
-        )
-    ]
-    return messages
+_current_cursor = database_sync_to_async(conversation_cursor)
+_events_after = database_sync_to_async(event_messages_after)
+_pending_messages = database_sync_to_async(pending_messages)
 
 
 class ConversationConsumer(AsyncJsonWebsocketConsumer):
@@ -142,12 +115,12 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
         self._refilled = time.monotonic()
         # Join first, then read: nothing committed from here on can be missed.
         await self.channel_layer.group_add(self.group, self.channel_name)
-        self.cursor = await _current_cursor(conversation.id)
+        self.cursor = await _current_cursor(conversation_id=conversation.id)
         self.live = False  # events flow once the client said where it is (resume)
         self._last_message = time.monotonic()
         self._checked = False  # the quiet check ran since the last message
         self._watch = asyncio.create_task(self._watch_quiet())
-        for message in await _pending_state(conversation.id):
+        for message in await _pending_messages(conversation_id=conversation.id):
             await self.send_json(message)
         after = parse_qs(self.scope.get("query_string", b"").decode("latin-1")).get("after")
         if after:
@@ -165,7 +138,7 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
         """No ``resume`` came: go live from the cursor current at connect."""
         if not self.live:
             self.live = True
-            await self._fill(until=None)
+            await self._fill(until=None, reason="connect")
 
     async def _watch_quiet(self) -> None:
         """Ask for a catch-up check (through this consumer's own channel, so it runs in turn
@@ -179,9 +152,9 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
 
     async def catch_up(self, message: dict[str, Any]) -> None:
         """Replay stored events this connection lacks (see the module docstring)."""
-        if self.live and await _current_cursor(self.conversation_id) > self.cursor:
+        if self.live and await _current_cursor(conversation_id=self.conversation_id) > self.cursor:
             logger.info("websocket caught up on events it had not received")
-            await self._fill(until=None)
+            await self._fill(until=None, reason="quiet_check")
 
     def _heard(self) -> None:
         self._last_message = time.monotonic()
@@ -208,6 +181,7 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         if not self._take_token():
+            metrics.throttled(scope="websocket")
             await self._error("rate_limited", "Too many messages; slow down.")
             return
         if text_data is None:
@@ -218,6 +192,11 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
             return
         try:
             content = json.loads(text_data)
+        except RecursionError:
+            # "[" * 30000 fits the size limit but nests deeper than the parser recurses:
+            # refused like any malformed message, and the socket stays open.
+            await self._error("bad_json", "The message nests too deeply.")
+            return
         except ValueError:
             await self._error("bad_json", "The message is not valid JSON.")
             return
@@ -258,9 +237,9 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
             return
         self._resumed_at = now
         # A cursor from the future would hide the events still to come: clamp it.
-        self.cursor = min(after, await _current_cursor(self.conversation_id))
+        self.cursor = min(after, await _current_cursor(conversation_id=self.conversation_id))
         self.live = True
-        await self._fill(until=None)
+        await self._fill(until=None, reason="resume")
 
     async def _confirm_response(self, content: dict[str, Any]) -> None:
         answers = content.get("answers")
@@ -299,16 +278,22 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
             if cursor <= self.cursor:
                 continue
             if cursor > self.cursor + 1:
-                await self._fill(until=cursor)
+                await self._fill(until=cursor, reason="gap")
                 if cursor <= self.cursor:
                     continue
             await self._send_event(event)
+            metrics.relay_delivered(sent_at=message.get("sent_at"))
 
     async def session_revoked(self, message: dict[str, Any]) -> None:
         """The user's tokens were revoked (logout, password change): a socket opened with a
         token closes with 4401; a browser session's too when its session ended with them
-        (a password change)."""
-        if self.scope.get("paw_auth") == "jwt" or message.get("sessions"):
+        (a password change). A deleted personal API token (``token_id``) closes only the
+        sockets opened with it."""
+        token_id = message.get("token_id")
+        if token_id is not None:  # one personal API token was deleted: its sockets only
+            if self.scope.get("paw_token_id") == token_id:
+                await self.close(code=4401)
+        elif self.scope.get("paw_auth") == "jwt" or message.get("sessions"):
             await self.close(code=4401)
 
     async def conversation_deleted(self, message: dict[str, Any]) -> None:
@@ -319,19 +304,121 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
         """This socket's browser session signed out: close with 4401."""
         await self.close(code=4401)
 
+    async def conversation_updated(self, message: dict[str, Any]) -> None:
+        """The conversation list's per-user message (``user.<id>``, which this socket
+        follows for revocations): relayed by ``ws/user/`` (:class:`UserConsumer`), not here."""
+
+    async def conversation_removed(self, message: dict[str, Any]) -> None:
+        """As :meth:`conversation_updated`."""
+
     async def conversation_message(self, message: dict[str, Any]) -> None:
         self._heard()
         await self.send_json(message["message"])
 
-    async def _fill(self, *, until: int | None) -> None:
-        """Send stored events after ``self.cursor`` (and below ``until``), page by page."""
+    async def _fill(self, *, until: int | None, reason: str) -> None:
+        """Send stored events after ``self.cursor`` (and below ``until``), page by page;
+        ``reason``: why they are replayed (counted: ``paw_relay_events_replayed_total``)."""
         while True:
-            page = await _events_between(self.conversation_id, self.cursor, until)
+            page = await _events_after(
+                conversation_id=self.conversation_id,
+                after=self.cursor,
+                until=until,
+                limit=REPLAY_PAGE,
+            )
             for event in page:
                 await self._send_event(event)
+            metrics.events_replayed(reason=reason, count=len(page))
             if len(page) < REPLAY_PAGE:
                 return
 
     async def _send_event(self, event: dict[str, Any]) -> None:
         await self.send_json({"type": "run.event", **event})
         self.cursor = event["cursor"]
+
+
+@database_sync_to_async
+def _signed_in(user: Any) -> bool:
+    return user is not None and user.is_authenticated
+
+
+class UserConsumer(AsyncJsonWebsocketConsumer):
+    """The person's own websocket, ``ws/user/``: the conversation list's live feed.
+
+    Server → client: ``conversation.updated`` ``{conversation: {id, title, active,
+    active_run_id, pending_approvals: [{id, kind, expires_at}], last_activity, created,
+    as_of}}`` when one of their conversations changes in the sidebar's terms (a run
+    starts or ends, an approval is raised, decided or expires, a title changes, it is
+    created), ``conversation.removed`` ``{id}`` when one is deleted, ``error``, ``pong``.
+    Client → server: ``ping``. Nothing is replayed: a client (re)reads
+    ``GET /api/conversations`` on every (re)connect, and each message carries a whole
+    state, so nothing is missed for long. Close codes: 4401 not signed in (or signed out,
+    or its token revoked), as the conversation socket's.
+    """
+
+    async def connect(self) -> None:
+        self.groups_followed: list[str] = []
+        user = self.scope.get("user")
+        await self.accept(subprotocol=self.scope.get("paw_subprotocol"))
+        if not await _signed_in(user):
+            await self.close(code=4401)
+            return
+        self.groups_followed.append(user_group(user.pk))
+        session = self.scope.get("session")
+        if self.scope.get("paw_auth") != "jwt" and session is not None and session.session_key:
+            self.groups_followed.append(session_group(session.session_key))
+        for group in self.groups_followed:
+            await self.channel_layer.group_add(group, self.channel_name)
+        self._tokens = float(RATE_BURST)
+        self._refilled = time.monotonic()
+
+    async def disconnect(self, code: int) -> None:
+        for group in self.groups_followed:
+            await self.channel_layer.group_discard(group, self.channel_name)
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        now = time.monotonic()
+        self._tokens = min(RATE_BURST, self._tokens + (now - self._refilled) * RATE_PER_SECOND)
+        self._refilled = now
+        if self._tokens < 1:
+            metrics.throttled(scope="websocket")
+            await self._error("rate_limited", "Too many messages; slow down.")
+            return
+        self._tokens -= 1
+        if text_data is None or len(text_data) > 1024:
+            await self._error("bad_message", 'Send {"type": "ping"}.')
+            return
+        try:
+            content = json.loads(text_data)
+        except (ValueError, RecursionError):
+            await self._error("bad_json", "The message is not valid JSON.")
+            return
+        if not isinstance(content, dict) or content.get("type") != "ping":
+            await self._error("unknown_type", 'This socket only takes {"type": "ping"}.')
+            return
+        await self.send_json({"type": "pong"})
+
+    async def _error(self, code: str, detail: str) -> None:
+        await self.send_json({"type": "error", "code": code, "detail": detail})
+
+    # --- from the groups ----------------------------------------------------------------
+
+    async def conversation_updated(self, message: dict[str, Any]) -> None:
+        await self.send_json(
+            {"type": "conversation.updated", "conversation": message["conversation"]}
+        )
+
+    async def conversation_removed(self, message: dict[str, Any]) -> None:
+        await self.send_json({"type": "conversation.removed", "id": message["id"]})
+
+    async def session_revoked(self, message: dict[str, Any]) -> None:
+        """As :meth:`ConversationConsumer.session_revoked`."""
+        token_id = message.get("token_id")
+        if token_id is not None:
+            if self.scope.get("paw_token_id") == token_id:
+                await self.close(code=4401)
+        elif self.scope.get("paw_auth") == "jwt" or message.get("sessions"):
+            await self.close(code=4401)
+
+    async def session_signed_out(self, message: dict[str, Any]) -> None:
+        """This socket's browser session signed out: close with 4401."""
+        await self.close(code=4401)

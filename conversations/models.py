@@ -31,6 +31,15 @@ class Conversation(models.Model):
     )
     llm_provider = models.CharField(max_length=64, blank=True, default="")
     llm_model = models.CharField(max_length=200, blank=True, default="")
+    approval_timeout_seconds = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Seconds an approval of this conversation waits for an answer; empty: the "
+        "server default (PAW_APPROVAL_TIMEOUT_SECONDS).",
+    )
+    # Slugs of the datasources every run of the conversation is given unless the run names
+    # its own (the chat page's datasource picker).
+    datasources = models.JSONField(default=list, blank=True)
     event_cursor = models.BigIntegerField(default=0, editable=False)
     # Runs before this moment are not replayed into a new sandbox's memory ("forget").
     memory_since = models.DateTimeField(null=True, blank=True)
@@ -84,6 +93,10 @@ class Run(models.Model):
         ERROR = "error"
         CANCELLED = "cancelled"
 
+    class Kind(models.TextChoices):
+        CHAT = "chat"  # a prompt from the chat page or POST .../runs: every tool
+        SQL = "sql"  # POST /api/sql/ask: a question answered with SQL (``tools`` restricted)
+
     ACTIVE_STATUSES = (Status.QUEUED, Status.STARTING, Status.RUNNING)
     FINISHED_STATUSES = (Status.DONE, Status.ERROR, Status.CANCELLED)
 
@@ -99,11 +112,32 @@ class Run(models.Model):
     errors = models.JSONField(default=list, blank=True)
     provider = models.CharField(max_length=64, blank=True, default="")
     model = models.CharField(max_length=200, blank=True, default="")
+    kind = models.CharField(max_length=8, choices=Kind.choices, default=Kind.CHAT)
     # Datasource slugs this run may query.
     datasources = models.JSONField(default=list, blank=True)
+    # The only tools the run may use (empty: all the runtime has). Sent with the submit;
+    # a tool_calls line naming another one stops the run (run_effects).
+    tools = models.JSONField(default=list, blank=True)
+    # Images of the workspace sent to the model with the prompt (paths relative to the
+    # workspace; conversations.services.attachments checks them). Empty: none.
+    attachments = models.JSONField(default=list, blank=True)
+    # The last run_sql of the run that returned rows: {"datasource", "sql", "columns",
+    # "rows" (the first PAW_SQL_RESULT_ROWS), "row_count", "truncated"}; null before.
+    result = models.JSONField(null=True, blank=True)
     # Final token counts: {"input": int, "output": int, "rounds": int, "estimated": bool}.
     usage = models.JSONField(default=dict, blank=True)
     node = models.CharField(max_length=200, blank=True, default="")
+    # The earlier version of the same turn this run answers anew (an edited prompt or a
+    # regenerated answer): the replaced run stays stored, shown as a previous version, and
+    # is left out of the agent's memory. A run is replaced at most once (the next version
+    # replaces the newest one), so the versions of a turn form a chain.
+    replaces = models.OneToOneField(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="replaced_by",
+    )
     cancel_requested = models.BooleanField(default=False)
     created_at = models.DateTimeField(default=timezone.now, editable=False, db_index=True)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -187,6 +221,12 @@ class Approval(models.Model):
     # [{"question": str, "options": [str | {"label", "description"}]}] for kind "ask".
     questions = models.JSONField(default=list, blank=True)
     ask_id = models.CharField(max_length=200, blank=True, default="")
+    # The tool call a confirm is for, as the runtime named it (``{"name", "args", "input"}``,
+    # the item its ``tool_calls`` line will carry); ``None``: it named none, and its approval
+    # allows no gated call.
+    call = models.JSONField(null=True, blank=True)
+    # When a gated call of the run used this approval (each approval allows one call, once).
+    used_at = models.DateTimeField(null=True, blank=True)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
     answers = models.JSONField(default=list, blank=True)
     decided_by = models.CharField(max_length=16, blank=True, default="")

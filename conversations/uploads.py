@@ -54,6 +54,11 @@ class StagedUpload:
     sha256: str
     content_type: str
 
+    def close(self) -> None:
+        """Nothing to close: the handler closed the file in ``file_complete``. (Django's
+        multipart parser closes every file it collected when parsing fails, e.g. on a
+        second file part.)"""
+
     def discard(self) -> None:
         """Remove the staged file if it is still there (idempotent)."""
         with contextlib.suppress(FileNotFoundError):

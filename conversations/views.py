@@ -6,6 +6,7 @@ with the session cookie and CSRF token, and follow the conversation on its webso
 
 from __future__ import annotations
 
+import shutil
 from uuid import UUID
 
 from django.conf import settings
@@ -17,6 +18,7 @@ from django.views.decorators.csrf import ensure_csrf_cookie
 from conversations.selectors.conversations import conversation_get
 from paw_project.errors import NotFound
 from paw_project.security import content_security_policy
+from paw_project.vendor import plotly_css_url, plotly_js_url, plotly_style_ids
 from secrets_vault.providers import DEMO_PROVIDER_NAME
 
 
@@ -28,7 +30,25 @@ def chat_config(request: HttpRequest, conversation_id: UUID | None) -> dict:
         "maxUploadBytes": settings.PAW_MAX_UPLOAD_BYTES,
         "approvalTimeoutSeconds": settings.PAW_APPROVAL_TIMEOUT_SECONDS,
         "demoProvider": DEMO_PROVIDER_NAME if settings.PAW_DEMO_BASE_URL else None,
+        "plotlyUrl": plotly_js_url(),
+        # Staff may save a run_sql of the transcript as a datasource example (admin API).
+        "isStaff": bool(request.user.is_staff),
     }
+
+
+def isolation_warning(request: HttpRequest) -> str:
+    """For staff only, the embedded mode's fallback to sandboxes without a jail
+    (bubblewrap missing and ``PAW_SANDBOX_ISOLATION`` not set to ``none`` on purpose; with
+    Redis that is a start-up error of the worker instead). ``""`` otherwise."""
+    if not request.user.is_staff or not settings.EMBEDDED or settings.PAW_SANDBOX_ISOLATION:
+        return ""
+    if shutil.which("bwrap") is not None:
+        return ""
+    return (
+        "Sandboxes run without isolation: bubblewrap is not installed "
+        "(apt-get install bubblewrap), so the agent's code can read this machine's files. "
+        "Set PAW_SANDBOX_ISOLATION=none to choose this and hide this notice."
+    )
 
 
 @content_security_policy
@@ -46,5 +66,12 @@ def chat(request: HttpRequest, conversation_id: UUID | None = None) -> HttpRespo
     return render(
         request,
         "conversations/chat.html",
-        {"conversation": conversation, "config": chat_config(request, conversation_id)},
+        {
+            "conversation": conversation,
+            "config": chat_config(request, conversation_id),
+            "isolation_warning": isolation_warning(request),
+            # plotly.js's rules as a file: plotly.js then adds no inline <style> (CSP).
+            "plotly_css_url": plotly_css_url(),
+            "plotly_style_ids": plotly_style_ids(),
+        },
     )

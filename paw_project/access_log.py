@@ -1,8 +1,8 @@
 """Access lines for every HTTP response and websocket connection, through Python logging.
 
-Daphne's own access log writes plain text to stdout (and nothing at all when Daphne is
-embedded); this ASGI middleware writes one ``paw.access`` INFO line per response instead,
-in both modes, so ``PAW_LOG_JSON=1`` makes them JSON like every other line. Each line
+The web server's own access log is off (``paw_project.web``); this ASGI middleware writes
+one ``paw.access`` INFO line per response instead, in both modes, so ``PAW_LOG_JSON=1``
+makes them JSON like every other line. Each line
 carries the request id of the response it describes and, as fields, ``client``,
 ``method``, ``path`` (never the query string: it may hold a token), ``status``, ``size``
 (bytes) and ``duration_ms``.

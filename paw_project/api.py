@@ -48,8 +48,23 @@ class PawCursorPagination(CursorPagination):
     max_page_size = 100
 
 
-class StrictSerializer(serializers.Serializer):
-    """A serializer that rejects keys it does not declare (400, code ``unknown_field``).
+class JsonTypedSerializer(serializers.Serializer):
+    """An input serializer that takes each value of a JSON body only in its field's JSON
+    type (400, code ``invalid``, see :func:`json_type_errors`) instead of DRF's coercion
+    ("yes" → True, "60" → 60, 123 → "123"). Form bodies (a ``QueryDict``, strings only)
+    are coerced as DRF does."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if type(data) is dict:  # a JSON body (a form's QueryDict holds only strings)
+            wrong = json_type_errors(self.fields, data)
+            if wrong:
+                raise serializers.ValidationError(wrong, code="invalid")
+        return super().to_internal_value(data)
+
+
+class StrictSerializer(JsonTypedSerializer):
+    """A serializer that rejects keys it does not declare (400, code ``unknown_field``) and
+    values not of their field's JSON type (:class:`JsonTypedSerializer`).
 
     Nested in a view (``RegisterApi.InputSerializer``), its OpenAPI component is named after
     the view (``RegisterApiInput``), so the many ``InputSerializer`` classes do not clash.
@@ -73,6 +88,52 @@ class StrictSerializer(serializers.Serializer):
                     code="unknown_field",
                 )
         return super().to_internal_value(data)
+
+
+# The JSON type each kind of field takes, most specific first: DRF would otherwise coerce
+# ("yes" → True, "60" → 60, 123 → "123"), so a client's mistake would pass as a choice.
+_JSON_TYPES: tuple[tuple[type[serializers.Field], tuple[type, ...], str], ...] = (
+    (serializers.BooleanField, (bool,), "a JSON boolean (true or false)"),
+    (serializers.IntegerField, (int,), "a JSON integer"),
+    (serializers.FloatField, (int, float), "a JSON number"),
+    (serializers.CharField, (str,), "a JSON string"),
+)
+
+
+def json_type_errors(fields: Any, data: dict[str, Any]) -> dict[str, list[str]]:
+    """Messages for the values of ``data`` (a parsed JSON object) whose JSON type is not
+    the one their field takes: booleans for ``BooleanField``, integers (not booleans) for
+    ``IntegerField``, numbers for ``FloatField``, strings for ``CharField`` and its
+    subclasses, and the same for each item of a ``ListField`` of those; ``null`` is left
+    to the field (``allow_null``). Returns ``{name:
+    [message]}``, empty when every value has its type."""
+    errors: dict[str, list[str]] = {}
+    for name, value in data.items():
+        field = fields.get(name)
+        if field is None or value is None or field.read_only:
+            continue
+        if isinstance(field, serializers.ListField) and isinstance(value, list):
+            wanted = next(
+                (_json_type_error(field.child, item) for item in value if item is not None), None
+            )
+            if wanted:
+                errors[name] = [f"Each item must be {wanted}."]
+            continue
+        wanted = _json_type_error(field, value)
+        if wanted:
+            errors[name] = [f"Must be {wanted}."]
+    return errors
+
+
+def _json_type_error(field: Any, value: Any) -> str | None:
+    """The JSON type ``field`` takes when ``value`` is not of it (e.g. "a JSON string"),
+    else ``None``."""
+    for kind, types, wanted in _JSON_TYPES:
+        if isinstance(field, kind):
+            if not isinstance(value, types) or (bool not in types and isinstance(value, bool)):
+                return wanted
+            return None
+    return None
 
 
 class ErrorSerializer(serializers.Serializer):
@@ -113,6 +174,16 @@ _DESCRIPTIONS = {
 
 
 _BODIES = {400: ValidationErrorSerializer, 402: BudgetExhaustedSerializer}
+
+
+def list_output(
+    *, key: str, item: type[serializers.Serializer], ref_name: str
+) -> type[serializers.Serializer]:
+    """The output serializer of an unpaginated list answered as ``{key: [item, ...]}``,
+    named ``ref_name`` in the OpenAPI schema (e.g. ``GET /api/providers`` →
+    ``{"providers": [...]}``)."""
+    meta = type("Meta", (), {"ref_name": ref_name})
+    return type(ref_name, (serializers.Serializer,), {key: item(many=True), "Meta": meta})
 
 
 def error_responses(*statuses: int) -> dict[int, OpenApiResponse]:

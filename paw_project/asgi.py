@@ -1,4 +1,5 @@
-"""ASGI entry point (Daphne): HTTP goes to Django, websockets to the Channels routes.
+"""ASGI entry point (served by uvicorn, ``paw_project.web``): HTTP goes to Django,
+websockets to the Channels routes.
 
 Routing follows the Channels docs: ``AllowedHostsOriginValidator(AuthMiddlewareStack(
 URLRouter(...)))``, with a JWT middleware inside for integrations (``accounts.websocket``).

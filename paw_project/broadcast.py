@@ -18,6 +18,8 @@ from typing import Any
 
 from channels.layers import get_channel_layer
 
+from paw_project import metrics
+
 # Seconds a send may take before the caller gives up on it.
 SEND_TIMEOUT = 10.0
 
@@ -58,6 +60,7 @@ def group_send(group: str, message: dict[str, Any]) -> None:
     if layer is None:
         return
     _run(layer.group_send(group, message))
+    metrics.channel_send(message["type"])
 
 
 def conversation_group(conversation_id: Any) -> str:

@@ -7,6 +7,7 @@ worker's log lines for that task carry the same id.
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
@@ -47,17 +48,30 @@ def _node_start(**_: Any) -> None:
     import django
 
     django.setup()
+    from paw_project.metrics_http import worker_server_start
+    from sandboxes.launch import IsolationUnavailable, isolation_mode
     from sandboxes.node import node_start
 
+    try:
+        isolation_mode()  # a node that cannot isolate its sandboxes must not start
+    except IsolationUnavailable as exc:
+        logging.getLogger("paw_project.celery").critical("%s", exc)
+        # Celery logs and ignores a handler's Exception; SystemExit ends the worker.
+        raise SystemExit(f"PAW worker: {exc}") from exc
     node_start()
+    worker_server_start()
 
 
 @signals.worker_shutdown.connect
 def _node_stop(**_: Any) -> None:
     """A stopping worker shuts its sandboxes down: no runtime process outlives it."""
+    from paw_project.metrics_http import worker_server_stop
     from sandboxes.node import node_stop
 
-    node_stop()
+    try:
+        node_stop()
+    finally:
+        worker_server_stop()
 
 
 @signals.task_prerun.connect

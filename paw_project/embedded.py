@@ -18,14 +18,9 @@ from celery import bootsteps
 from django.conf import settings
 
 from paw_project.celery import app
+from sandboxes.enqueue import node_queues
 
 logger = logging.getLogger(__name__)
-
-
-def node_queues(node: str | None = None) -> list[str]:
-    """The queues a worker node consumes: the shared ``runs`` queue and its own
-    ``sandbox.<node>`` queue (where the ops for its sandboxes are routed)."""
-    return ["runs", f"sandbox.{node or settings.PAW_NODE_NAME}"]
 
 
 _running: EmbeddedWorker | None = None
@@ -59,7 +54,7 @@ class EmbeddedWorker:
             pool="threads",
             concurrency=self.concurrency,
             hostname=f"paw@{settings.PAW_NODE_NAME}",
-            queues=node_queues(),
+            queues=node_queues(settings.PAW_NODE_NAME),
             without_heartbeat=True,
             without_mingle=True,
             without_gossip=True,
@@ -78,7 +73,7 @@ class EmbeddedWorker:
             self.beat = EmbeddedService(app, thread=True)
             self.beat.start()
         _running = self
-        logger.info("embedded worker ready on queues %s", ", ".join(node_queues()))
+        logger.info("embedded worker ready on queues %s", ", ".join(node_queues(settings.PAW_NODE_NAME)))
 
     def _on_ready(self, consumer) -> None:
         # Celery's default callback starts the consumer's event loop; keep that.

@@ -155,6 +155,18 @@ def readiness() -> dict[str, str]:
         _probe_lock.release()
 
 
+def sandbox_network() -> str:
+    """The sandboxes' network as this process's settings make it (``isolated`` or
+    ``host``, ``PAW_SANDBOX_NETWORK``; ``unavailable`` when the sandbox isolation itself
+    is, e.g. bubblewrap missing). Each worker node's own is in the admin (worker nodes)."""
+    from sandboxes.launch import IsolationUnavailable, network_mode
+
+    try:
+        return network_mode()
+    except (IsolationUnavailable, RuntimeError):
+        return "unavailable"
+
+
 @csrf_exempt
 @never_cache
 @require_safe
@@ -171,7 +183,11 @@ def readyz(request: HttpRequest) -> JsonResponse:
     results = readiness()
     ready = all(value == "ok" for value in results.values())
     response = JsonResponse(
-        {"status": "ok" if ready else "unavailable", "checks": results},
+        {
+            "status": "ok" if ready else "unavailable",
+            "checks": results,
+            "sandbox_network": sandbox_network(),
+        },
         status=200 if ready else 503,
     )
     if not ready:

@@ -13,6 +13,8 @@ only by environment; secrets have no production defaults. Two modes follow from
 
 from __future__ import annotations
 
+import os
+import re
 import socket
 from datetime import timedelta
 from pathlib import Path
@@ -35,6 +37,9 @@ def _path(name: str, default: Path) -> Path:
 
 DEBUG = env.bool("PAW_DEBUG", default=False)
 VAR_DIR = _path("PAW_VAR_DIR", BASE_DIR / "var")
+# The offline demo's own data (its SQLite datasource): the one folder under VAR_DIR a
+# datasource may point at.
+DEMO_DATA_DIR = VAR_DIR / "demo"
 
 _NEW_KEY = 'python -c "import secrets; print(secrets.token_urlsafe(50))"'
 SECRET_KEY = env.str("PAW_SECRET_KEY", default="").strip()
@@ -85,7 +90,6 @@ PAW_PORT = int(_port)
 PAW_NODE_NAME = env.str("PAW_NODE_NAME", default=socket.gethostname())
 
 INSTALLED_APPS = [
-    "daphne",  # first: its runserver serves ASGI (Channels docs)
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
@@ -106,9 +110,12 @@ INSTALLED_APPS = [
     "sandboxes",
     "billing",
     "secrets_vault",
+    "sso",
 ]
 
 MIDDLEWARE = [
+    # First and last (django-prometheus): HTTP request counts and latencies by view.
+    "django_prometheus.middleware.PrometheusBeforeMiddleware",
     "paw_project.middleware.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -118,7 +125,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "axes.middleware.AxesMiddleware",  # last (django-axes docs): turns lockouts into 429
+    "axes.middleware.AxesMiddleware",  # last of Django's (django-axes docs): lockouts → 429
+    "django_prometheus.middleware.PrometheusAfterMiddleware",
 ]
 
 ROOT_URLCONF = "paw_project.urls"
@@ -216,6 +224,17 @@ if REDIS_URL and not REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
         "e.g. redis://127.0.0.1:6379/0; leave it empty for the embedded mode."
     )
 
+# Web processes `make run` starts in Redis mode, sharing one listening socket (the kernel
+# spreads connections over them); 0 = one per CPU core this process may use. The embedded
+# mode is one process by design (in-memory broker and channel layer).
+_web_processes = env.int("PAW_WEB_PROCESSES", default=0)
+if _web_processes < 0 or (EMBEDDED and _web_processes > 1):
+    raise ImproperlyConfigured(
+        f"PAW_WEB_PROCESSES={_web_processes}: use a positive number (0: one per core)"
+        + (", and 1 (or unset) in the embedded mode, which is one process." if EMBEDDED else ".")
+    )
+PAW_WEB_PROCESSES = 1 if EMBEDDED else (_web_processes or len(os.sched_getaffinity(0)))
+
 if EMBEDDED:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
@@ -279,6 +298,22 @@ if PAW_SANDBOX_ISOLATION not in ("", "bwrap", "none"):
         f"PAW_SANDBOX_ISOLATION={PAW_SANDBOX_ISOLATION!r}: use bwrap or none (or leave it "
         "unset: bwrap when bubblewrap is installed)."
     )
+# isolated | host; empty = isolated under bubblewrap (host, with a warning, without it).
+PAW_SANDBOX_NETWORK = env.str("PAW_SANDBOX_NETWORK", default="").strip().lower()
+if PAW_SANDBOX_NETWORK not in ("", "isolated", "host"):
+    raise ImproperlyConfigured(
+        f"PAW_SANDBOX_NETWORK={PAW_SANDBOX_NETWORK!r}: use isolated or host (or leave it "
+        "unset: isolated under bubblewrap)."
+    )
+# More destinations every isolated sandbox may reach: host, host:port, *.domain[:port].
+PAW_SANDBOX_ALLOWED_HOSTS = [
+    item.strip() for item in env.list("PAW_SANDBOX_ALLOWED_HOSTS", default=[]) if item.strip()
+]
+# The package index an isolated sandbox reaches while an approved install_package runs
+# (PIP_INDEX_URL in the sandbox); PyPI's files host comes with PyPI.
+PAW_SANDBOX_PACKAGE_INDEX = env.str(
+    "PAW_SANDBOX_PACKAGE_INDEX", default="https://pypi.org/simple"
+).strip()
 PAW_SANDBOX_READY_TIMEOUT = env.float("PAW_SANDBOX_READY_TIMEOUT", default=20.0)
 PAW_SANDBOX_TTL_SECONDS = env.int("PAW_SANDBOX_TTL_SECONDS", default=300)
 PAW_MAX_SANDBOXES_PER_NODE = env.int("PAW_MAX_SANDBOXES_PER_NODE", default=50)
@@ -289,11 +324,31 @@ PAW_SANDBOX_PROCESSES = env.int("PAW_SANDBOX_PROCESSES", default=256)
 PAW_RUN_MAX_ROUNDS = env.int("PAW_RUN_MAX_ROUNDS", default=10)
 PAW_RUN_CANCEL_GRACE_SECONDS = env.float("PAW_RUN_CANCEL_GRACE_SECONDS", default=10.0)
 PAW_APPROVAL_TIMEOUT_SECONDS = env.int("PAW_APPROVAL_TIMEOUT_SECONDS", default=120)
-# Tools that must be preceded by an approved confirm in the same run (else the run stops).
+# Tools that must be preceded by an approved confirm of that very call in the same run
+# (else the run stops), matched without regard to case or surrounding space. The default
+# covers the mutating tools of both runtimes: paw-agent's gated tools, and
+# python-agent-harness's Bash, Write, Edit and Agent (a sub-agent, whose own tool calls the
+# harness does not announce); the harness asks for none of them, so a run of it that calls
+# one is stopped.
 PAW_APPROVAL_REQUIRED_TOOLS = env.list(
-    "PAW_APPROVAL_REQUIRED_TOOLS", default=["shell", "delete_file", "install_package"]
+    "PAW_APPROVAL_REQUIRED_TOOLS",
+    default=["shell", "delete_file", "install_package", "Bash", "Write", "Edit", "Agent"],
 )
+# Memory, counted as the seed counts it: turns are messages, so 12 turns are the last six
+# exchanges (a prompt and its answer each), for the resident runtime and a respawned one.
 PAW_HISTORY_TURNS = env.int("PAW_HISTORY_TURNS", default=12)
+# Per model call: the most output tokens asked for (`max_tokens`) and the largest request
+# (tokens, the answer included) a runtime may build before it folds or drops older context.
+PAW_MODEL_MAX_OUTPUT_TOKENS = env.int("PAW_MODEL_MAX_OUTPUT_TOKENS", default=4096)
+PAW_MODEL_MAX_CONTEXT_TOKENS = env.int("PAW_MODEL_MAX_CONTEXT_TOKENS", default=100_000)
+for _name in ("PAW_HISTORY_TURNS", "PAW_MODEL_MAX_OUTPUT_TOKENS", "PAW_MODEL_MAX_CONTEXT_TOKENS"):
+    if globals()[_name] < (0 if _name == "PAW_HISTORY_TURNS" else 1):
+        raise ImproperlyConfigured(f"{_name}={globals()[_name]} is too small.")
+if PAW_MODEL_MAX_OUTPUT_TOKENS >= PAW_MODEL_MAX_CONTEXT_TOKENS:
+    raise ImproperlyConfigured(
+        "PAW_MODEL_MAX_OUTPUT_TOKENS must be below PAW_MODEL_MAX_CONTEXT_TOKENS: the answer "
+        "is part of the request's budget."
+    )
 # Token budgets (input + output tokens), 0 = unlimited; each user's can be overridden in
 # the admin (billing.models.Budget). Monthly: per user per calendar month in UTC; a run
 # cannot start once it is used up (402) and a run that passes it is stopped. Per run: a
@@ -315,6 +370,9 @@ PAW_NODE_DEAD_SECONDS = env.int("PAW_NODE_DEAD_SECONDS", default=60)
 PAW_LLM_BASE_URL = env.str("PAW_LLM_BASE_URL", default="")
 PAW_LLM_API_KEY = env.str("PAW_LLM_API_KEY", default="")
 PAW_LLM_MODEL = env.str("PAW_LLM_MODEL", default="")
+# Whether the server-wide default provider's models accept images (image content parts):
+# runs with attachments are refused for it unless this is set.
+PAW_LLM_VISION = env.bool("PAW_LLM_VISION", default=False)
 # The offline demo: `make run` (manage.py runpaw) starts the project's scripted model with
 # its bundled demo script and offers it as provider `demo` ("Scripted demo"), listed after
 # every real provider. `auto`: in embedded mode only; `1`: also with Redis; `0`: never.
@@ -322,21 +380,58 @@ PAW_DEMO = env.str("PAW_DEMO", default="auto").strip().lower()
 if PAW_DEMO not in ("auto", "1", "0"):
     raise ImproperlyConfigured(f"PAW_DEMO={PAW_DEMO!r}: use auto, 1 or 0.")
 # Where the demo's scripted model listens (runpaw sets it for its own processes; point it
-# at a `python -m paw_project.scripted_model` server to offer one by hand). Empty: no demo.
+# at a `python -m scripted_model` server to offer one by hand). Empty: no demo.
 PAW_DEMO_BASE_URL = env.str("PAW_DEMO_BASE_URL", default="")
 # A provider's live model list (`GET /models`): how long to wait for it (seconds) and how
 # long to keep it in the cache (seconds). An unreachable provider falls back to its known
 # models, remembered for a tenth of that time so a dead endpoint does not slow every page.
 PAW_PROVIDER_MODELS_TIMEOUT = env.float("PAW_PROVIDER_MODELS_TIMEOUT", default=3.0)
 PAW_PROVIDER_MODELS_CACHE_SECONDS = env.int("PAW_PROVIDER_MODELS_CACHE_SECONDS", default=300)
+# Datasource knowledge (secrets_vault.services.knowledge): the tokens of knowledge entries
+# a run on a datasource is given with its prompt (its search_knowledge tool finds more).
+PAW_KNOWLEDGE_CONTEXT_TOKENS = env.int("PAW_KNOWLEDGE_CONTEXT_TOKENS", default=4000)
+# Vector similarity beside full-text search: a provider name (as in GET /api/providers:
+# `default`, `openai`, a custom provider, `demo`) whose OpenAI-compatible /v1/embeddings
+# endpoint, with its operator's (global) key, embeds entries and queries with this model.
+# Both empty: full-text only.
+PAW_EMBEDDING_PROVIDER = env.str("PAW_EMBEDDING_PROVIDER", default="").strip()
+PAW_EMBEDDING_MODEL = env.str("PAW_EMBEDDING_MODEL", default="").strip()
+if bool(PAW_EMBEDDING_PROVIDER) != bool(PAW_EMBEDDING_MODEL):
+    raise ImproperlyConfigured(
+        "Set both PAW_EMBEDDING_PROVIDER and PAW_EMBEDDING_MODEL (or neither: full-text "
+        "retrieval only)."
+    )
+# Rows of a run_sql result kept on the run (`result.rows` of GET .../runs/{id}; the
+# runtime sends at most this many in its tool notify).
+PAW_SQL_RESULT_ROWS = env.int("PAW_SQL_RESULT_ROWS", default=100)
+for _name in ("PAW_KNOWLEDGE_CONTEXT_TOKENS", "PAW_SQL_RESULT_ROWS"):
+    if globals()[_name] < 0:
+        raise ImproperlyConfigured(f"{_name}={globals()[_name]} is negative.")
 # Largest file one upload may carry (bytes). Checked against Content-Length before the
 # body is read, and again while the file streams to disk.
 PAW_MAX_UPLOAD_BYTES = env.int("PAW_MAX_UPLOAD_BYTES", default=100 * 1024 * 1024)
+# Largest image (bytes) a run may send to the model (PNG, JPEG or WebP; attachments and
+# paw-agent's view_image tool). Larger ones are refused, not downscaled.
+PAW_MAX_IMAGE_BYTES = env.int("PAW_MAX_IMAGE_BYTES", default=20 * 1024 * 1024)
+# Largest body (KiB) of any other request, and of a request to the endpoints used before
+# signing in (or one without credentials): paw_project.asgi_limits refuses more with 413
+# while it arrives. 1 MiB holds the longest prompt (100,000 characters) JSON-encoded.
+PAW_MAX_BODY_KIB = env.int("PAW_MAX_BODY_KIB", default=1024)
+PAW_MAX_ANONYMOUS_BODY_KIB = env.int("PAW_MAX_ANONYMOUS_BODY_KIB", default=64)
+for _name in (
+    "PAW_MAX_UPLOAD_BYTES", "PAW_MAX_IMAGE_BYTES", "PAW_MAX_BODY_KIB", "PAW_MAX_ANONYMOUS_BODY_KIB"
+):  # fmt: skip
+    if globals()[_name] < 1:
+        raise ImproperlyConfigured(f"{_name}={globals()[_name]}: use a positive number.")
+# What Django itself reads of a non-multipart body (request.body) agrees with that limit.
+DATA_UPLOAD_MAX_MEMORY_SIZE = PAW_MAX_BODY_KIB * 1024
 
 # --- REST framework, JWT, OpenAPI -------------------------------------------------------
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
+        # First: a `paw_…` bearer value is a personal token, never tried as a JWT.
+        "accounts.authentication.PersonalTokenAuthentication",
         "accounts.authentication.PawJWTAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
@@ -357,11 +452,17 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "paw_project.api.PawPagination",
 }
 
-# Rates as "<count>/<second|minute|hour|day>", kept in the shared cache (Redis when set, so
-# a limit holds across web processes). Read per request by paw_project.throttles.
+# Rates as "<count>/<second|minute|hour|day>", counted atomically in Redis (so a limit is
+# exact across web processes; in memory in the embedded mode). Read per request by
+# paw_project.throttles.
 PAW_THROTTLE_RUNS = env.str("PAW_THROTTLE_RUNS", default="30/min")
 PAW_THROTTLE_AUTH = env.str("PAW_THROTTLE_AUTH", default="10/min")
 PAW_THROTTLE_UPLOADS = env.str("PAW_THROTTLE_UPLOADS", default="60/min")
+for _name in ("PAW_THROTTLE_RUNS", "PAW_THROTTLE_AUTH", "PAW_THROTTLE_UPLOADS"):
+    if not re.fullmatch(r"\s*[1-9][0-9]*\s*/\s*[smhd][a-z]*\s*", globals()[_name]):
+        raise ImproperlyConfigured(
+            f"{_name}={globals()[_name]!r}: use <count>/<second|min|hour|day>, e.g. 30/min."
+        )
 # Open self-service sign-up at POST /api/auth/register; operators can close it.
 PAW_ALLOW_REGISTRATION = env.bool("PAW_ALLOW_REGISTRATION", default=True)
 if DEBUG:
@@ -393,6 +494,8 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "RunStatusEnum": "conversations.models.Run.Status",
         "ApprovalStatusEnum": "conversations.models.Approval.Status",
+        "RunKindEnum": "conversations.models.Run.Kind",
+        "KnowledgeKindEnum": "secrets_vault.models.KnowledgeEntry.Kind",
     },
 }
 
@@ -425,9 +528,13 @@ if env.bool("PAW_BEHIND_HTTPS_PROXY", default=False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 # For deployments served over HTTPS only (off by default: `make run` is plain HTTP).
 SECURE_HSTS_SECONDS = env.int("PAW_SECURE_HSTS_SECONDS", default=0)
+# Both are promises about the whole domain (every subdomain HTTPS only; a request to be
+# hard-coded in browsers, https://hstspreload.org): the operator's call, off by default.
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("PAW_SECURE_HSTS_INCLUDE_SUBDOMAINS", default=False)
+SECURE_HSTS_PRELOAD = env.bool("PAW_SECURE_HSTS_PRELOAD", default=False)
 SECURE_SSL_REDIRECT = env.bool("PAW_SECURE_SSL_REDIRECT", default=False)
 # Orchestrators probe over plain HTTP inside the cluster.
-SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
 
 # Login throttling (django-axes): after PAW_LOGIN_FAILURE_LIMIT failed logins for one
 # username from one IP address, that pair is locked out for PAW_LOGIN_COOLOFF_MINUTES.
@@ -441,7 +548,103 @@ AXES_LOCKOUT_CALLABLE = "paw_project.login_lockout.lockout_response"
 AUTHENTICATION_BACKENDS = [
     "paw_project.login_lockout.LockoutBackend",  # first: refuses locked-out pairs
     "django.contrib.auth.backends.ModelBackend",
+    # OpenID Connect callbacks only (sso/); authenticates nobody while PAW_OIDC_ISSUER is empty.
+    "sso.backends.OidcBackend",
 ]
+
+# --- Single sign-on (OpenID Connect, sso/) ------------------------------------------------
+
+# The provider's issuer URL; its discovery document (<issuer>/.well-known/openid-configuration)
+# names the endpoints. Empty: no single sign-on.
+PAW_OIDC_ISSUER = env.str("PAW_OIDC_ISSUER", default="").strip()
+PAW_OIDC_CLIENT_ID = env.str("PAW_OIDC_CLIENT_ID", default="").strip()
+# The client secret, or `{secret:NAME}`: a global secret of the vault, read when used.
+PAW_OIDC_CLIENT_SECRET = env.str("PAW_OIDC_CLIENT_SECRET", default="").strip()
+# The button reads "Sign in with <name>".
+PAW_OIDC_NAME = env.str("PAW_OIDC_NAME", default="single sign-on").strip() or "single sign-on"
+PAW_OIDC_SCOPES = env.str("PAW_OIDC_SCOPES", default="openid email profile").strip()
+PAW_OIDC_SIGN_ALGO = env.str("PAW_OIDC_SIGN_ALGO", default="RS256").strip()
+# Who may sign in: e-mail domains (the `email` claim, not `email_verified: false`) and
+# groups (the claim PAW_OIDC_GROUPS_CLAIM); empty = anyone the provider signs in.
+PAW_OIDC_ALLOWED_DOMAINS = [
+    d.strip().lower().lstrip("@")
+    for d in env.list("PAW_OIDC_ALLOWED_DOMAINS", default=[])
+    if d.strip()
+]
+PAW_OIDC_GROUPS_CLAIM = env.str("PAW_OIDC_GROUPS_CLAIM", default="groups").strip()
+PAW_OIDC_ALLOWED_GROUPS = [
+    g.strip() for g in env.list("PAW_OIDC_ALLOWED_GROUPS", default=[]) if g.strip()
+]
+# `CLAIM` (a true claim) or `CLAIM=VALUE` (the claim is VALUE or a list holding it); set
+# at every sign-in, so taking it away at the provider takes it away in PAW. Empty: PAW
+# leaves the flag alone (the admin sets it).
+PAW_OIDC_STAFF_CLAIM = env.str("PAW_OIDC_STAFF_CLAIM", default="").strip()
+PAW_OIDC_SUPERUSER_CLAIM = env.str("PAW_OIDC_SUPERUSER_CLAIM", default="").strip()
+# The claim a new user's PAW username comes from (then the e-mail's local part, then `sub`).
+PAW_OIDC_USERNAME_CLAIM = env.str("PAW_OIDC_USERNAME_CLAIM", default="preferred_username").strip()
+PAW_OIDC_TIMEOUT = env.float("PAW_OIDC_TIMEOUT", default=5.0)
+if PAW_OIDC_ISSUER:
+    _missing = [
+        name for name in ("PAW_OIDC_CLIENT_ID", "PAW_OIDC_CLIENT_SECRET") if not globals()[name]
+    ]
+    if _missing:
+        raise ImproperlyConfigured(
+            f"PAW_OIDC_ISSUER is set but {' and '.join(_missing)} not: single sign-on needs "
+            "the client id and secret PAW is registered with at the provider."
+        )
+    if not PAW_OIDC_ISSUER.startswith(("https://", "http://")):
+        raise ImproperlyConfigured(
+            f"PAW_OIDC_ISSUER={PAW_OIDC_ISSUER!r} is not a URL: use the provider's issuer, "
+            "e.g. https://login.example.org/realms/staff."
+        )
+for _name in ("PAW_OIDC_STAFF_CLAIM", "PAW_OIDC_SUPERUSER_CLAIM"):
+    if globals()[_name].startswith("=") or globals()[_name].endswith("="):
+        raise ImproperlyConfigured(
+            f"{_name}={globals()[_name]!r}: use CLAIM (a true claim) or CLAIM=VALUE, e.g. groups=paw-staff."
+        )
+# The username and password sign-in (the sign-in page, the admin's, POST /api/auth/token).
+# 0 leaves single sign-on the only way in (and closes registration).
+PAW_PASSWORD_LOGIN = env.bool("PAW_PASSWORD_LOGIN", default=True)
+if not PAW_PASSWORD_LOGIN:
+    if not PAW_OIDC_ISSUER:
+        raise ImproperlyConfigured(
+            "PAW_PASSWORD_LOGIN=0 leaves no way to sign in: configure single sign-on "
+            "(PAW_OIDC_ISSUER, PAW_OIDC_CLIENT_ID, PAW_OIDC_CLIENT_SECRET) as well."
+        )
+    PAW_ALLOW_REGISTRATION = False
+# mozilla-django-oidc's own settings; the endpoints come from discovery (sso.provider).
+OIDC_RP_CLIENT_ID = PAW_OIDC_CLIENT_ID
+OIDC_RP_SIGN_ALGO = PAW_OIDC_SIGN_ALGO
+OIDC_RP_SCOPES = PAW_OIDC_SCOPES
+OIDC_USE_NONCE = True
+OIDC_USE_PKCE = True  # RFC 7636: a stolen authorization code is useless without the verifier
+OIDC_TIMEOUT = PAW_OIDC_TIMEOUT
+OIDC_AUTHENTICATION_CALLBACK_URL = "sso_callback"
+OIDC_CREATE_USER = True
+
+# --- Metrics (Prometheus: paw_project.metrics, paw_project.metrics_http) --------------------------
+
+# The bearer token Prometheus scrapes with (GET /metrics of a web process, a worker node's
+# endpoint). Empty: /metrics answers staff sessions only, and no worker endpoint can run.
+PAW_METRICS_TOKEN = env.str("PAW_METRICS_TOKEN", default="").strip()
+if PAW_METRICS_TOKEN and len(PAW_METRICS_TOKEN) < 16:
+    raise ImproperlyConfigured(
+        f"PAW_METRICS_TOKEN is too short ({len(PAW_METRICS_TOKEN)} characters): use at least "
+        f"16 random characters, e.g. from {_NEW_KEY}."
+    )
+# A worker node's own metrics endpoint (it has no web server): 0 = none. Each node of a
+# host needs a port of its own. Not in embedded mode (its /metrics has the node's metrics).
+PAW_WORKER_METRICS_PORT = env.int("PAW_WORKER_METRICS_PORT", default=0)
+PAW_WORKER_METRICS_HOST = env.str("PAW_WORKER_METRICS_HOST", default="127.0.0.1").strip()
+if not 0 <= PAW_WORKER_METRICS_PORT <= 65535:
+    raise ImproperlyConfigured(
+        f"PAW_WORKER_METRICS_PORT={PAW_WORKER_METRICS_PORT}: use a TCP port (1 to 65535), or 0 for none."
+    )
+if PAW_WORKER_METRICS_PORT and not PAW_METRICS_TOKEN:
+    raise ImproperlyConfigured(
+        "PAW_WORKER_METRICS_PORT is set but PAW_METRICS_TOKEN is not: a worker's metrics "
+        "answer only that bearer token (the sandboxes share the worker's network)."
+    )
 
 # --- Internationalisation ---------------------------------------------------------------
 
@@ -494,7 +697,7 @@ LOGGING = {
         # Access lines come from paw.access (paw_project.asgi); keep Django's own quieter.
         "django.request": {"level": "ERROR"},
         "django.server": {"level": "WARNING"},
-        "daphne": {"level": "WARNING"},
+        "uvicorn": {"level": "WARNING"},  # the web server (paw_project.web): errors only
         "celery": {"level": "WARNING"},
         "kombu": {"level": "WARNING"},
         "httpx": {"level": "WARNING"},

@@ -1,44 +1,141 @@
-"""Request throttles (DRF) kept in the shared cache, so a limit holds across web processes.
+"""Request throttles whose every decision is one atomic operation in a shared store.
 
-Rates come from settings read on every request (``PAW_THROTTLE_*``, e.g. ``"30/min"``), so a
-change through ``override_settings`` or a restart applies at once. Over the limit a request
-gets 429 ``throttled`` with ``Retry-After`` (seconds).
+DRF's ``SimpleRateThrottle`` reads a request history from the cache and writes it back in
+a second step, so concurrent requests (threads, or several web processes) read the same
+history and all pass: ``5/min`` let 6–7 of 30 simultaneous run starts through. Here the
+check and the count are one step of the ``limits`` library's moving window (a sliding
+log, the same rule as DRF's: at most N requests in any window of the rate's length):
+
+* with Redis (``PAW_REDIS_URL``): one Lua script per decision, so the limit holds exactly
+  across threads, web processes and hosts (keys ``paw:throttle:<scope>/...``);
+* in the embedded mode: in this process's memory, under a lock (it is the only process).
+
+Only accepted requests are counted. Rates come from settings read on every request
+(``PAW_THROTTLE_*``, e.g. ``"30/min"``), so a change through ``override_settings`` or a
+restart applies at once. Over the limit a request gets 429 ``throttled`` with
+``Retry-After``: the whole seconds until the oldest counted request leaves the window,
+when the next one will pass.
 
 - :class:`RunsThrottle`: run starts per user (``PAW_THROTTLE_RUNS``).
 - :class:`AuthThrottle`: register, token and refresh per client IP (``PAW_THROTTLE_AUTH``).
 - :class:`UploadsThrottle`: file uploads per user (``PAW_THROTTLE_UPLOADS``).
 - :class:`SecretsThrottle`: changes of one's own secrets per user (``PAW_THROTTLE_UPLOADS``).
+- :class:`TokensThrottle`: creating and deleting personal API tokens per user
+  (``PAW_THROTTLE_AUTH``).
 - :class:`PasswordThrottle`: password changes per user (``PAW_THROTTLE_AUTH``): a stolen
   access token cannot be used to guess the current password at speed.
 """
 
 from __future__ import annotations
 
+import math
+import threading
+import time
+
 from django.conf import settings
+from limits.storage import MemoryStorage, MovingWindowSupport, RedisStorage
 from rest_framework.request import Request
-from rest_framework.throttling import SimpleRateThrottle
+from rest_framework.throttling import BaseThrottle
 from rest_framework.views import APIView
 
+from paw_project import metrics
 
-class _SettingRateThrottle(SimpleRateThrottle):
-    """A throttle whose rate is the Django setting named by ``rate_setting``."""
+KEY_PREFIX = "paw:throttle"
+#: Seconds of each rate unit, by its first letter (DRF's rate format).
+UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
+_store: MovingWindowSupport | None = None
+_store_url: str | None = None
+_store_lock = threading.Lock()
+_memory_lock = threading.Lock()
+
+
+def store() -> MovingWindowSupport:
+    """This process's ``limits`` storage: Redis (``PAW_REDIS_URL``; keys
+    ``paw:throttle:<scope>/<ident>``) or memory in the embedded mode. Made on first use,
+    and again when ``PAW_REDIS_URL`` changed (tests)."""
+    global _store, _store_url
+    url = settings.REDIS_URL
+    with _store_lock:
+        if _store is None or _store_url != url:
+            if url:
+                import redis
+
+                pool = redis.ConnectionPool.from_url(url)
+                _store = RedisStorage(url, connection_pool=pool, key_prefix=KEY_PREFIX)
+            else:
+                _store = MemoryStorage()
+            _store_url = url
+        return _store
+
+
+def parse_rate(rate: str) -> tuple[int, int]:
+    """``"<count>/<second|min|hour|day>"`` (DRF's format: the unit's first letter counts;
+    ``settings`` refuses anything else at start) as ``(count, seconds)``."""
+    count, _, unit = rate.partition("/")
+    return int(count), UNIT_SECONDS[unit.strip()[0]]
+
+
+def rate_hit(rate: str, scope: str, ident: str) -> int | None:
+    """Count one request of ``ident`` against ``rate`` in ``scope``, atomically.
+
+    Returns ``None`` when the request is within the rate (it is counted), else the
+    seconds (an int, at least 1) until one more would be (nothing is counted)."""
+    count, seconds = parse_rate(rate)
+    key = f"{scope}/{ident}"
+    counter = store()
+    if isinstance(counter, MemoryStorage):
+        # Its per-key locks are dropped while idle keys expire, when two threads can end up
+        # with different locks for one key: one lock for all keeps the decision atomic.
+        with _memory_lock:
+            accepted = counter.acquire_entry(key, count, seconds)
+    else:
+        accepted = counter.acquire_entry(key, count, seconds)  # one Lua script
+    if accepted:
+        return None
+    oldest, _counted = counter.get_moving_window(key, count, seconds)
+    return max(1, math.ceil(oldest + seconds - time.time()))
+
+
+def rate_reset(scope: str, ident: str) -> None:
+    """Forget what was counted for ``ident`` in ``scope`` (operators and tests)."""
+    store().clear(f"{scope}/{ident}")
+
+
+class _SettingRateThrottle(BaseThrottle):
+    """A throttle of ``scope`` whose rate is the Django setting named by ``rate_setting``,
+    counted per :meth:`ident`."""
+
+    scope: str = ""
     rate_setting: str = ""
 
-    def get_rate(self) -> str:
-        return getattr(settings, self.rate_setting)
+    def __init__(self) -> None:
+        self._wait: int | None = None
+
+    def ident(self, request: Request) -> str:
+        """What is counted: the client address (DRF's ``get_ident``: ``REMOTE_ADDR``, or
+        ``X-Forwarded-For`` as far as ``PAW_NUM_PROXIES`` trusts it)."""
+        return self.get_ident(request)
+
+    def allow_request(self, request: Request, view: APIView | None) -> bool:
+        self._wait = rate_hit(getattr(settings, self.rate_setting), self.scope, self.ident(request))
+        if self._wait is not None:
+            metrics.throttled(scope=self.scope)  # counted by scope
+        return self._wait is None
+
+    def wait(self) -> int | None:
+        """Seconds until the refused request would pass (``Retry-After``)."""
+        return self._wait
 
 
 class _PerUserThrottle(_SettingRateThrottle):
     """Counts per authenticated user; anonymous requests are counted per client IP."""
 
-    def get_cache_key(self, request: Request, view: APIView) -> str:
-        ident = (
-            str(request.user.pk)
-            if request.user and request.user.is_authenticated
-            else self.get_ident(request)
-        )
-        return self.cache_format % {"scope": self.scope, "ident": ident}
+    def ident(self, request: Request) -> str:
+        user = getattr(request, "user", None)
+        if user is not None and user.is_authenticated:
+            return f"user-{user.pk}"
+        return super().ident(request)
 
 
 class RunsThrottle(_PerUserThrottle):
@@ -61,6 +158,17 @@ class SecretsThrottle(_PerUserThrottle):
     scope = "secrets"
     rate_setting = "PAW_THROTTLE_UPLOADS"
 
+    def allow_request(self, request: Request, view: APIView | None) -> bool:
+        return request.method == "GET" or super().allow_request(request, view)
+
+
+class TokensThrottle(_PerUserThrottle):
+    """Personal API token creations and deletions per user (``PAW_THROTTLE_AUTH``, default
+    ``10/min``); listing them is not counted."""
+
+    scope = "tokens"
+    rate_setting = "PAW_THROTTLE_AUTH"
+
     def allow_request(self, request: Request, view: APIView) -> bool:
         return request.method == "GET" or super().allow_request(request, view)
 
@@ -81,6 +189,3 @@ class AuthThrottle(_SettingRateThrottle):
 
     scope = "auth"
     rate_setting = "PAW_THROTTLE_AUTH"
-
-    def get_cache_key(self, request: Request, view: APIView) -> str:
-        return self.cache_format % {"scope": self.scope, "ident": self.get_ident(request)}

@@ -9,7 +9,8 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from paw_project import health
+from accounts.views import admin_login
+from paw_project import health, metrics_http, vendor
 from paw_project.exception_handlers import not_found
 
 urlpatterns = [
@@ -17,8 +18,14 @@ urlpatterns = [
     # Browsers ask for /favicon.ico on every page (the admin's and Swagger's too).
     path("favicon.ico", RedirectView.as_view(url=static("paw/favicon.svg"), permanent=True)),
     path("readyz", health.readyz, name="readyz"),
+    path("metrics", metrics_http.metrics, name="metrics"),
+    path("vendor/plotly.min.js", vendor.plotly_js, name="vendor-plotly"),
+    path("vendor/plotly.css", vendor.plotly_stylesheet, name="vendor-plotly-css"),
+    # Before the admin's own: with single sign-on, the admin signs in on PAW's page.
+    path("admin/login/", admin_login, name="paw_admin_login"),
     path("admin/", admin.site.urls),
     path("accounts/", include("accounts.urls")),
+    path("accounts/sso/", include("sso.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("api/auth/", include("accounts.api.urls")),

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from django.contrib import admin, messages
 
+from sandboxes.enqueue import sandbox_stop_enqueue
 from sandboxes.models import Sandbox, WorkerNode
-from sandboxes.services import sandbox_stop_for_conversation
 
 
 @admin.register(Sandbox)
@@ -34,7 +34,7 @@ class SandboxAdmin(admin.ModelAdmin):
         live = queryset.filter(state__in=Sandbox.LIVE_STATES)
         conversations = set(live.values_list("conversation_id", flat=True))
         for conversation_id in conversations:
-            sandbox_stop_for_conversation(conversation_id=conversation_id)
+            sandbox_stop_enqueue(conversation_id=conversation_id)
         self.message_user(
             request,
             f"Asked {len(conversations)} sandbox(es) to stop; their state updates in a moment.",
@@ -44,8 +44,8 @@ class SandboxAdmin(admin.ModelAdmin):
 
 @admin.register(WorkerNode)
 class WorkerNodeAdmin(admin.ModelAdmin):
-    list_display = ("name", "started_at", "heartbeat_at", "stopped_at")
-    readonly_fields = ("name", "started_at", "heartbeat_at", "stopped_at")
+    list_display = ("name", "sandbox_network", "started_at", "heartbeat_at", "stopped_at")
+    readonly_fields = ("name", "sandbox_network", "started_at", "heartbeat_at", "stopped_at")
 
     def has_add_permission(self, request) -> bool:
         return False

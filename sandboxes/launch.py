@@ -5,32 +5,50 @@ own), its own HOME, XDG folders and TMPDIR inside the workspace's private ``.paw
 folder, resource limits (``prlimit``), and, with ``PAW_SANDBOX_ISOLATION=bwrap``, a
 bubblewrap jail: system and Python paths read-only, only its workspace writable, none of
 the server's files (database, keys, ``var/``, other workspaces) visible, its own PID
-namespace, all capabilities dropped, and death with its parent. The network stays shared:
-the model endpoint and datasources need it.
+namespace, all capabilities dropped, and death with its parent. With
+``PAW_SANDBOX_NETWORK=isolated`` (the default under bubblewrap) it also gets a network
+namespace of its own (``--unshare-net``): only what its run needs is reached, through the
+node's forwarder (``sandboxes/network.py``, ``docs/runtime.md``). With
+``PAW_SANDBOX_ISOLATION=none`` there is no jail, but the runtime still starts under the
+keeper (``sandboxes/keeper.py``), so that no process of the sandbox outlives it (README:
+what each isolation mode guarantees).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
+import importlib.util
 import json
 import logging
 import os
 import shlex
 import shutil
+import stat
 import sys
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote
 
 from django.conf import settings
 
-from conversations.workspaces import PRIVATE_DIR
+from conversations.selectors.workspaces import PRIVATE_DIR
+from sandboxes.network import JAIL_DIR, NetworkPlan, relay_prefix
 
 logger = logging.getLogger(__name__)
 
-#: The runtime's own package folder (run, never imported, by PAW).
-RUNTIME_PACKAGE = Path(__file__).resolve().parent / "runtime"
+
+@functools.cache
+def runtime_package() -> Path | None:
+    """The folder of the installed ``paw_agent`` package (found, never imported: PAW runs
+    the runtime only as a subprocess), or ``None`` when it is not installed here."""
+    spec = importlib.util.find_spec("paw_agent")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations))).resolve()
+
 
 # Pieces of /etc a Python process needs: names, TLS roots, time zone, fonts, linker cache.
 _ETC_READ_ONLY = (
@@ -60,7 +78,8 @@ class SandboxSpec:
     ``env`` holds the variables a run is given on top of the base environment (provider
     ``OPENAI_*``, the user's secrets, datasource URLs); ``secret_values`` maps secret names
     to the values handed over, for masking them in events. ``fingerprint`` changes when
-    anything that needs a new process changes (provider, model, environment).
+    anything that needs a new process changes (provider, model, environment, the
+    conversation's approval timeout).
     """
 
     conversation_id: str
@@ -69,10 +88,16 @@ class SandboxSpec:
     model: str
     env: dict[str, str] = field(default_factory=dict)
     secret_values: dict[str, str] = field(default_factory=dict)
+    #: Seconds an approval of the conversation waits (its own, else the server default).
+    answer_timeout: int = 0
+    #: The model accepts images (sent with each submit, so not part of the fingerprint).
+    vision: bool = False
 
     @property
     def fingerprint(self) -> str:
-        body = json.dumps([self.provider, self.model, sorted(self.env.items())])
+        body = json.dumps(
+            [self.provider, self.model, sorted(self.env.items()), self.answer_timeout]
+        )
         return hashlib.sha256(body.encode()).hexdigest()
 
 
@@ -111,6 +136,9 @@ def sandbox_dirs(workspace: Path) -> dict[str, Path]:
     dirs = {
         "home": private / "home",
         "tmp": private / "tmp",
+        # Written by PAW only (read-only in the jail): knowledge indexes, runtime config.
+        "host": private / HOST_DIR,
+        "knowledge": private / HOST_DIR / "knowledge",
         "data": private / "home" / ".local" / "share",
         "config": private / "home" / ".config",
         "cache": private / "home" / ".cache",
@@ -152,18 +180,121 @@ def build_environment(spec: SandboxSpec, *, sandbox_id: str) -> dict[str, str]:
     return env
 
 
-def runtime_flags(workspace: Path) -> list[str]:
-    """Flags every runtime gets (both runtimes accept them; PROTOCOL.md ``serve`` flags).
+#: The sandbox's folder only PAW writes (``.paw/host``): bound read-only into the jail.
+HOST_DIR = "host"
+#: Where, under ``.paw/host``, a run's knowledge index files go (relative to the workspace).
+KNOWLEDGE_FOLDER = f"{PRIVATE_DIR}/{HOST_DIR}/knowledge"
+HARNESS_CONFIG = "harness-config.json"
 
-    The runtime's own answer timeout is a backstop behind PAW's approval deadline, and
-    its wall clock matches PAW's run limit.
+
+def _host_folder(workspace: Path, parts: tuple[str, ...]) -> int:
+    """A descriptor of ``workspace/.paw/host/<parts>``, opened one folder at a time with
+    ``O_NOFOLLOW`` (the workspace is the agent's: a link it left must not lead PAW's
+    writes outside). Raises ``OSError``; the caller closes it."""
+    fd = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for part in (PRIVATE_DIR, HOST_DIR, *parts):
+            child = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = child
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def host_file_put(workspace: Path, parts: tuple[str, ...], name: str, source: Path | bytes) -> None:
+    """Put a file PAW made (``source``: its bytes, or a file of PAW's own to copy) into the
+    sandbox's read-only ``.paw/host/<parts>/<name>``: written under a temporary name,
+    then renamed over ``name`` (a reader never sees half a file, and a link standing there
+    is replaced, never followed). Raises ``OSError``."""
+    fd = _host_folder(workspace, parts)
+    temporary = f".put-{uuid.uuid4().hex}"
+    try:
+        out = os.open(
+            temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o444, dir_fd=fd
+        )
+        with os.fdopen(out, "wb") as target:
+            if isinstance(source, bytes):
+                target.write(source)
+            else:
+                with open(source, "rb") as origin:
+                    shutil.copyfileobj(origin, target, 1 << 20)
+        os.replace(temporary, name, src_dir_fd=fd, dst_dir_fd=fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary, dir_fd=fd)
+        raise
+    finally:
+        os.close(fd)
+
+
+def host_files(workspace: Path, parts: tuple[str, ...]) -> list[str]:
+    """The regular files (not links) in the sandbox's ``.paw/host/<parts>``."""
+    fd = _host_folder(workspace, parts)
+    try:
+        return sorted(
+            name
+            for name in os.listdir(fd)
+            if stat.S_ISREG(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode)
+        )
+    finally:
+        os.close(fd)
+
+
+def host_file_remove(workspace: Path, parts: tuple[str, ...], name: str) -> None:
+    """Remove ``name`` from the sandbox's ``.paw/host/<parts>`` (gone already: fine)."""
+    fd = _host_folder(workspace, parts)
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name, dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+def memory_exchanges() -> int:
+    """The exchanges (a prompt and its answer) a runtime remembers: ``PAW_HISTORY_TURNS``
+    counts turns as the seed does, one message each, so 12 turns are 6 exchanges."""
+    return settings.PAW_HISTORY_TURNS // 2
+
+
+def runtime_flags(spec: SandboxSpec) -> list[str]:
+    """The runtime's flags: those both runtimes take (PROTOCOL.md ``serve`` flags), then
+    the model limits in each one's own way: paw-agent's flags (``--max-output-tokens``,
+    ``--context-budget``, ``--memory-turns``, ``--sql-result-rows``,
+    ``--max-image-bytes``), or for
+    python-agent-harness a config file PAW writes into the sandbox's read-only
+    ``.paw/host`` (``llm.max_tokens``, ``context_windows``; unless ``PAW_HARNESS_CMD``
+    names a ``--config`` of its own).
+
+    The runtime's own answer timeout is a backstop behind PAW's approval deadline (the
+    conversation's), and its wall clock matches PAW's run limit.
     """
-    return [
-        "--project", str(workspace),
-        "--answer-timeout", str(settings.PAW_APPROVAL_TIMEOUT_SECONDS + 60),
+    answer_timeout = spec.answer_timeout or settings.PAW_APPROVAL_TIMEOUT_SECONDS
+    flags = [
+        "--project", str(spec.workspace),
+        "--answer-timeout", str(answer_timeout + 60),
         "--timeout", str(settings.PAW_RUN_TIMEOUT_SECONDS),
         "--max-rounds", str(settings.PAW_RUN_MAX_ROUNDS),
     ]  # fmt: skip
+    kind = runtime_kind()
+    if kind == "paw-agent":
+        flags += [
+            "--max-output-tokens", str(settings.PAW_MODEL_MAX_OUTPUT_TOKENS),
+            "--context-budget", str(settings.PAW_MODEL_MAX_CONTEXT_TOKENS),
+            "--memory-turns", str(memory_exchanges()),
+            "--sql-result-rows", str(settings.PAW_SQL_RESULT_ROWS),
+            "--max-image-bytes", str(settings.PAW_MAX_IMAGE_BYTES),
+        ]  # fmt: skip
+    elif kind == "python-agent-harness" and "--config" not in runtime_argv():
+        config = sandbox_dirs(spec.workspace)["host"] / HARNESS_CONFIG
+        body = {
+            "llm": {"max_tokens": settings.PAW_MODEL_MAX_OUTPUT_TOKENS},
+            "context_windows": {spec.model: settings.PAW_MODEL_MAX_CONTEXT_TOKENS},
+        }
+        host_file_put(spec.workspace, (), HARNESS_CONFIG, json.dumps(body).encode())
+        flags += ["--config", str(config)]
+    return flags
 
 
 def resource_limits() -> list[str]:
@@ -212,9 +343,14 @@ def sqlite_datasource_binds(env: dict[str, str]) -> list[str]:
     return binds
 
 
-def bwrap_prefix(workspace: Path, env: dict[str, str] | None = None) -> list[str]:
+def bwrap_prefix(
+    workspace: Path, env: dict[str, str] | None = None, *, network_folder: Path | None = None
+) -> list[str]:
     """The bubblewrap command that jails the runtime (PAW_SANDBOX_ISOLATION=bwrap); ``env``
-    (the sandbox environment) adds the run's SQLite datasource files."""
+    (the sandbox environment) adds the run's SQLite datasource files. ``network_folder``
+    (the node's forwarder folder of the sandbox, :class:`sandboxes.network.SandboxNetwork`)
+    gives the jail a network namespace of its own and binds the folder read-only at
+    ``/run/paw-net``."""
     args = [
         "bwrap", "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc",
         "--unshare-uts", "--unshare-cgroup-try", "--cap-drop", "ALL", "--hostname", "sandbox",
@@ -232,7 +368,13 @@ def bwrap_prefix(workspace: Path, env: dict[str, str] | None = None) -> list[str
     for path in _python_paths():
         args += ["--ro-bind", str(path), str(path)]
     args += sqlite_datasource_binds(env or {})
+    if network_folder is not None:
+        args += ["--unshare-net", "--ro-bind", str(network_folder), JAIL_DIR]
     args += ["--bind", str(workspace), str(workspace)]
+    # PAW's own files for the sandbox (knowledge indexes, runtime config): read-only, so the
+    # agent can neither change them nor plant a link PAW would then write through.
+    host = workspace / PRIVATE_DIR / HOST_DIR
+    args += ["--ro-bind", str(host), str(host)]
     # The sandbox's own root (a tmpfs holding the mount points) read-only: only the
     # workspace and /tmp (both mounts of their own) stay writable.
     args += ["--remount-ro", "/", "--chdir", str(workspace), "--"]
@@ -243,10 +385,10 @@ def _python_paths() -> list[Path]:
     """The interpreter, the virtual environment and the runtime's own source, read-only."""
     paths = {Path(sys.base_prefix).resolve(), Path(sys.prefix)}
     # An editable install imports the runtime from the source tree: expose only the
-    # runtime package (and its parent's __init__), never the rest of the project.
-    source = RUNTIME_PACKAGE.parent
-    paths.add(source / "__init__.py")
-    paths.add(RUNTIME_PACKAGE)
+    # runtime package, never the rest of the project.
+    package = runtime_package()
+    if package is not None:
+        paths.add(package)
     return sorted(paths)
 
 
@@ -260,14 +402,27 @@ def _warn_no_bwrap() -> None:
     )
 
 
+class IsolationUnavailable(RuntimeError):
+    """The sandbox isolation PAW must use is not available on this machine."""
+
+
 def isolation_mode() -> str:
     """``bwrap`` or ``none`` (``PAW_SANDBOX_ISOLATION``; the default is ``bwrap`` when
-    bubblewrap is installed). Raises ``RuntimeError`` if bwrap is asked for but missing."""
+    bubblewrap is installed). Without bubblewrap and without an explicit
+    ``PAW_SANDBOX_ISOLATION=none``, only the embedded mode falls back to ``none`` (with a
+    warning); with Redis configured (production) that raises
+    :class:`IsolationUnavailable`, as does ``bwrap`` asked for but missing."""
     mode = settings.PAW_SANDBOX_ISOLATION or ("bwrap" if shutil.which("bwrap") else "none")
     if not settings.PAW_SANDBOX_ISOLATION and mode == "none":
+        if not settings.EMBEDDED:
+            raise IsolationUnavailable(
+                "bubblewrap is not installed, so sandboxes cannot be isolated: install it "
+                "(apt-get install bubblewrap), or set PAW_SANDBOX_ISOLATION=none to run "
+                "them without a jail on purpose (README: isolation modes)"
+            )
         _warn_no_bwrap()
     if mode == "bwrap" and not shutil.which("bwrap"):
-        raise RuntimeError(
+        raise IsolationUnavailable(
             "PAW_SANDBOX_ISOLATION=bwrap but bubblewrap is not installed (apt install bubblewrap)"
         )
     if mode not in ("bwrap", "none"):
@@ -275,18 +430,46 @@ def isolation_mode() -> str:
     return mode
 
 
+def network_mode() -> str:
+    """``isolated`` or ``host`` (``PAW_SANDBOX_NETWORK``; the default is ``isolated``
+    under bubblewrap). Without bubblewrap (``PAW_SANDBOX_ISOLATION=none``) it is always
+    ``host``: a network namespace needs the jail (logged once when ``isolated`` was asked)."""
+    asked = settings.PAW_SANDBOX_NETWORK or "isolated"
+    if isolation_mode() != "bwrap":
+        if settings.PAW_SANDBOX_NETWORK == "isolated":
+            _warn_isolated_ignored()
+        return "host"
+    return asked
+
+
+@functools.cache
+def _warn_isolated_ignored() -> None:
+    logger.warning(
+        "PAW_SANDBOX_NETWORK=isolated is ignored: PAW_SANDBOX_ISOLATION=none runs sandboxes "
+        "without bubblewrap, so they share the host's network"
+    )
+
+
+def runtime_kind() -> str:
+    """Which runtime ``PAW_HARNESS_CMD`` runs, by its program's name: ``paw-agent``,
+    ``python-agent-harness``, or ``other``."""
+    name = Path(runtime_argv()[0]).name
+    return name if name in ("paw-agent", "python-agent-harness") else "other"
+
+
 def takes_secrets_fd() -> bool:
     """Whether the runtime reads its secret variables from a pipe (``--secrets-fd``):
     PAW's own ``paw-agent`` does; other runtimes get them in their environment."""
-    return Path(runtime_argv()[0]).name == "paw-agent"
+    return runtime_kind() == "paw-agent"
 
 
 def private_variables(env: dict[str, str]) -> dict[str, str]:
-    """The variables of ``env`` the runtime's tools must never read: the provider's key
-    and the datasource URLs (they may carry an operator's passwords). Handed to
+    """The variables of ``env`` the runtime's tools must never read: the provider's key,
+    the embedding endpoint's key and the datasource URLs (they may carry an operator's
+    passwords). Handed to
     ``paw-agent`` through a pipe rather than its environment, they are not in any
     ``/proc/<pid>/environ`` of the jail (bubblewrap's own init process would show them)."""
-    names = {"OPENAI_API_KEY"}
+    names = {"OPENAI_API_KEY", "PAW_EMBEDDING_API_KEY"}
     try:
         described = json.loads(env.get("PAW_DATASOURCES") or "[]")
     except ValueError:
@@ -298,12 +481,67 @@ def private_variables(env: dict[str, str]) -> dict[str, str]:
     return {name: env[name] for name in names if name in env}
 
 
-def build_command(spec: SandboxSpec, *, secrets_fd: int | None = None) -> list[str]:
-    """The full argv: limits, then (maybe) bubblewrap, then the runtime with its flags
-    (``--secrets-fd`` when its secret variables come through that pipe)."""
-    argv = [*runtime_argv(), *runtime_flags(spec.workspace)]
+#: The first process of a sandbox without bubblewrap (see ``sandboxes/keeper.py``).
+KEEPER = str(Path(__file__).resolve().parent / "keeper.py")
+
+
+def keeper_prefix() -> list[str]:
+    """The keeper that owns a sandbox run without bubblewrap (``PAW_SANDBOX_ISOLATION=none``):
+    a child subreaper whose descendants are the sandbox's processes, killed when the
+    runtime exits, on SIGUSR1, and when this process (its parent) dies. stdlib only,
+    started isolated (``-I -S``)."""
+    return [sys.executable, "-I", "-S", KEEPER, str(os.getpid()), "--"]
+
+
+# Inside the jail, before the runtime: makes the descriptors named by its first two
+# arguments the runtime's stdin and stdout, then executes the rest (after "--") in place.
+_STDIO_CODE = (
+    "import os,sys;i,o=int(sys.argv[1]),int(sys.argv[2]);os.dup2(i,0);os.dup2(o,1);"
+    "[os.close(f) for f in {i,o} if f>2];os.execvp(sys.argv[4],sys.argv[4:])"
+)
+
+
+def stdio_prefix(stdio_fds: tuple[int, int]) -> list[str]:
+    """The command that hands the runtime its protocol pipes inside the jail:
+    ``stdio_fds`` = (the descriptor to read ops from, the one to write lines to), passed
+    to bubblewrap above 2.
+
+    Why: bubblewrap's init, PID 1 of the sandbox's PID namespace, keeps the descriptors 0,
+    1 and 2 it was started with, runs as the sandbox's user and can be read through
+    ``/proc`` (``/proc/1/fd/1``). Were the protocol pipes its stdin and stdout, any code a
+    run executes could write lines the host takes for the runtime's (a forged answer,
+    approval or usage) or read the host's ops. So bubblewrap gets ``/dev/null`` there and
+    the pipes on higher descriptors, which its init closes (it keeps 0, 1 and 2); only
+    this exec chain carries them to the runtime (paw-agent then makes itself
+    non-dumpable)."""
+    return [sys.executable, "-I", "-S", "-c", _STDIO_CODE, *map(str, stdio_fds), "--"]
+
+
+def build_command(
+    spec: SandboxSpec,
+    *,
+    secrets_fd: int | None = None,
+    network: NetworkPlan | None = None,
+    network_folder: Path | None = None,
+    stdio_fds: tuple[int, int] | None = None,
+) -> list[str]:
+    """The full argv: limits, then bubblewrap (its own PID namespace) or the keeper
+    (:func:`keeper_prefix`), then the runtime with its flags (``--secrets-fd`` when its
+    secret variables come through that pipe). With ``network`` and ``network_folder``
+    (isolated network, bubblewrap only) the jail has its own network namespace and the
+    relay (``sandboxes/jail_relay.py``) starts the runtime. With ``stdio_fds`` (bubblewrap
+    only) the runtime's stdin and stdout are those descriptors (:func:`stdio_prefix`)."""
+    argv = [*runtime_argv(), *runtime_flags(spec)]
     if secrets_fd is not None:
         argv += ["--secrets-fd", str(secrets_fd)]
     if isolation_mode() == "bwrap":
-        argv = [*bwrap_prefix(spec.workspace, spec.env), *argv]
+        if stdio_fds is not None:
+            argv = [*stdio_prefix(stdio_fds), *argv]
+        if network is not None and network_folder is not None:
+            argv = [*relay_prefix(network), *argv]
+        else:
+            network_folder = None
+        argv = [*bwrap_prefix(spec.workspace, spec.env, network_folder=network_folder), *argv]
+    else:
+        argv = [*keeper_prefix(), *argv]
     return [*resource_limits(), *argv]

@@ -16,6 +16,9 @@ class WorkerNode(models.Model):
     started_at = models.DateTimeField(default=timezone.now)
     heartbeat_at = models.DateTimeField(default=timezone.now, db_index=True)
     stopped_at = models.DateTimeField(null=True, blank=True)
+    #: The network its sandboxes get (``isolated`` or ``host``, PAW_SANDBOX_NETWORK), as
+    #: the node's own settings made it when it started.
+    sandbox_network = models.CharField(max_length=20, blank=True, default="")
 
     def __str__(self) -> str:
         return self.name

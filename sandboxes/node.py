@@ -7,9 +7,11 @@ exactly in processes that consume the ``runs`` and ``sandbox.<node>`` queues.
 
 The monitor, every ``MONITOR_INTERVAL`` seconds: expires approvals past their deadline
 (a confirm is declined, a question answered "Unanswered"); cancels runs past
-``PAW_RUN_TIMEOUT_SECONDS`` and kills them ``PAW_RUN_CANCEL_GRACE_SECONDS`` later if they
-have not ended; shuts down sandboxes idle for ``PAW_SANDBOX_TTL_SECONDS``; and writes the
-node's heartbeat, which Celery beat's reaper reads to tell live nodes from lost ones.
+``PAW_RUN_TIMEOUT_SECONDS``; writes a cancelled run's ``cancel`` again every second until
+it ends, and kills the sandbox of any run still going ``PAW_RUN_CANCEL_GRACE_SECONDS``
+after its cancel (the host's or somebody's); shuts down sandboxes idle for
+``PAW_SANDBOX_TTL_SECONDS``; and writes the node's heartbeat, which Celery beat's reaper
+reads to tell live nodes from lost ones.
 """
 
 from __future__ import annotations
@@ -17,21 +19,40 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import Any
 
 from django.conf import settings
 from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
 
-from conversations.models import Approval, Run
+from conversations.selectors import runs as run_selectors
 from conversations.services import approvals as approval_services
 from conversations.services import runs as run_services
+from paw_project import metrics
+from sandboxes.launch import IsolationUnavailable, network_mode
 from sandboxes.models import Sandbox, WorkerNode
 from sandboxes.pipeline import EventPipeline
-from sandboxes.pool import SandboxError, SandboxPool, SandboxProcess, get_pool
+from sandboxes.pool import (
+    CANCEL_RESEND_SECONDS,
+    SandboxError,
+    SandboxPool,
+    SandboxProcess,
+    get_pool,
+)
 
 logger = logging.getLogger(__name__)
 
 MONITOR_INTERVAL = 0.5
+#: Seconds each step of a sandbox's shutdown gets when its node stops (shutdown op, SIGTERM,
+#: SIGKILL; then its reader threads).
+SANDBOX_STOP_GRACE = 3.0
+#: Seconds a stopping node waits at most for its pipeline to store what was read.
+PIPELINE_DRAIN_SECONDS = 10.0
+#: Seconds a node's stop can take at most: its sandboxes stopped in parallel (five
+#: ``SANDBOX_STOP_GRACE`` waits), the pipeline drained and stopped (three waits), the
+#: monitor's end. A service manager's stop timeout for a worker must be longer, plus the
+#: running tasks Celery lets finish first (see deploy/systemd/paw-worker.service).
+STOP_SECONDS_MAX = 5 * SANDBOX_STOP_GRACE + 3 * PIPELINE_DRAIN_SECONDS + 5.0
 
 
 class Node:
@@ -40,7 +61,7 @@ class Node:
     def __init__(self, name: str) -> None:
         self.name = name
         self.pool: SandboxPool = get_pool()
-        self.pipeline = EventPipeline()
+        self.pipeline = EventPipeline(node=name)
         self.pipeline.on_exit(self._forget)
         self._stop = threading.Event()
         self._monitor: threading.Thread | None = None
@@ -53,8 +74,18 @@ class Node:
         """Register the node, clean up what a previous process of the same name left, and
         start the pipeline and the monitor."""
         now = timezone.now()
+        try:
+            network = network_mode()
+        except (IsolationUnavailable, RuntimeError):
+            network = ""  # the node cannot start sandboxes at all; each start says why
         WorkerNode.objects.update_or_create(
-            name=self.name, defaults={"started_at": now, "heartbeat_at": now, "stopped_at": None}
+            name=self.name,
+            defaults={
+                "started_at": now,
+                "heartbeat_at": now,
+                "stopped_at": None,
+                "sandbox_network": network,
+            },
         )
         self._recover(reason="the worker restarted during the run")
         self.pipeline.start()
@@ -70,21 +101,18 @@ class Node:
             Sandbox.objects.filter(node=self.name, state__in=Sandbox.LIVE_STATES).update(
                 state=Sandbox.State.DEAD, stopped_at=timezone.now()
             )
-        for run_id in Run.objects.filter(
-            node=self.name, status__in=Run.ACTIVE_STATUSES
-        ).values_list("id", flat=True):
+        for run_id in run_selectors.run_ids_active_on_nodes(nodes=[self.name]):
             run_services.run_fail(run_id=run_id, code="worker_lost", message=reason)
 
-    def stop(self, *, grace: float = 3.0) -> None:
+    def stop(self, *, grace: float = SANDBOX_STOP_GRACE) -> None:
         """Shut every sandbox down (their runs end ``error``: the worker stopped), store
         what they wrote, and mark the node stopped. No runtime process survives."""
         self._stop.set()
         sandboxes = self.pool.all()
         for sandbox in sandboxes:
-            if sandbox.current_run is not None:
-                sandbox.forced_outcome[sandbox.current_run] = (
-                    "worker_stopped",
-                    "the worker stopped during the run",
+            if sandbox.active is not None:
+                sandbox.active.mark_forced(
+                    code="worker_stopped", message="the worker stopped during the run"
                 )
         threads = [
             threading.Thread(target=sandbox.stop, kwargs={"grace": grace}, name="sandbox-stop")
@@ -94,8 +122,8 @@ class Node:
             thread.start()
         for thread in threads:
             thread.join(grace * 4)
-        self.pipeline.drain(timeout=10)
-        self.pipeline.stop()
+        self.pipeline.drain(timeout=PIPELINE_DRAIN_SECONDS)
+        self.pipeline.stop(timeout=PIPELINE_DRAIN_SECONDS)
         if self._monitor is not None:
             self._monitor.join(timeout=5)
         try:
@@ -134,24 +162,24 @@ class Node:
             self._last_heartbeat = now
 
     def _check_sandbox(self, sandbox: SandboxProcess, now: float) -> None:
-        run_id = sandbox.current_run
+        run = sandbox.active
         grace = settings.PAW_RUN_CANCEL_GRACE_SECONDS
-        if run_id is not None:
-            forced_at = sandbox.forced_at
-            if (
-                run_id in sandbox.forced_outcome
-                and forced_at is not None
-                and now - forced_at > grace
-            ):
+        if run is not None:
+            asked = min(t for t in (run.forced_at, run.cancel_sent_at, now) if t is not None)
+            if now - asked > grace:
                 logger.warning(
                     "sandbox %s: run %s did not stop after cancel; killing it",
                     sandbox.sandbox_id,
-                    run_id,
+                    run.run_id,
                 )
                 sandbox.kill()
-            elif now - sandbox.run_started > settings.PAW_RUN_TIMEOUT_SECONDS:
-                sandbox.force_end(
-                    run_id,
+            elif (
+                run.cancel_resent_at is not None
+                and now - run.cancel_resent_at >= CANCEL_RESEND_SECONDS
+            ):
+                run.cancel()  # missed it? (a runtime still setting the run up may)
+            elif now - run.started > settings.PAW_RUN_TIMEOUT_SECONDS:
+                run.force_end(
                     code="timeout",
                     message=f"the run took longer than {settings.PAW_RUN_TIMEOUT_SECONDS} s",
                 )
@@ -162,18 +190,37 @@ class Node:
                 now - sandbox.last_active,
             )
             sandbox.stopping = True
+            metrics.sandbox_idle_shutdown(node=self.name)
             threading.Thread(target=sandbox.stop, name="sandbox-idle-stop", daemon=True).start()
 
     def _expire_approvals(self) -> None:
-        due = list(
-            Approval.objects.filter(
-                status=Approval.Status.PENDING, expires_at__lte=timezone.now(), run__node=self.name
-            ).values_list("id", flat=True)[:100]
-        )
-        for approval_id in due:
+        for approval_id in run_selectors.approval_ids_due(node=self.name, now=timezone.now()):
             approval = approval_services.approval_expire(approval_id=approval_id)
             if approval is not None:
-                deliver_answer(self, approval)
+                self.answer_deliver(approval)
+
+    def answer_deliver(self, approval: Any) -> bool:
+        """Write the ``answer`` op for a decided ``approval`` to its run's sandbox here.
+        Returns ``False`` when the run is no longer the sandbox's current run."""
+        sandbox = self.pool.get(approval.conversation_id)
+        run = sandbox.active if sandbox is not None else None
+        if run is None or run.run_id != approval.run_id:
+            return False
+        installing = approval.status == "approved" and approval.prompt.startswith(
+            "install_package:"
+        )
+        if installing:  # opened before the answer: pip starts as soon as it is read
+            sandbox.open_package_index()
+        try:
+            run.answer(
+                answers=approval_services.approval_answers(approval),
+                ask_id=approval.ask_id or None,
+            )
+        except SandboxError:
+            if installing and sandbox.network is not None:
+                sandbox.network.index_open = False
+            return False
+        return True
 
     def _heartbeat(self) -> None:
         now = timezone.now()
@@ -183,24 +230,6 @@ class Node:
             Sandbox.objects.filter(id__in=ids, state__in=Sandbox.LIVE_STATES).update(
                 heartbeat_at=now
             )
-
-
-def deliver_answer(node: Node, approval: Approval) -> bool:
-    """Write the ``answer`` op for a decided approval to its run's sandbox on this node.
-    Returns ``False`` when the run is no longer the sandbox's current run."""
-    sandbox = node.pool.get(approval.conversation_id)
-    if sandbox is None or sandbox.current_run != approval.run_id:
-        return False
-    try:
-        sandbox.send(
-            "answer",
-            run_id=str(approval.run_id),
-            answers=approval_services.approval_answers(approval),
-            ask_id=approval.ask_id or None,
-        )
-    except SandboxError:
-        return False
-    return True
 
 
 _node: Node | None = None
@@ -214,6 +243,7 @@ def node_start(name: str | None = None) -> Node:
         if _node is None:
             _node = Node(name or settings.PAW_NODE_NAME)
             _node.start()
+            metrics.sandboxes_reader(_node.name, _node.pool.state_counts)
         return _node
 
 
@@ -223,6 +253,7 @@ def node_stop() -> None:
     with _node_lock:
         node, _node = _node, None
     if node is not None:
+        metrics.sandboxes_reader(None)
         node.stop()
 
 

@@ -1,25 +1,17 @@
-"""The node's event pipeline: runtime lines → stored events → live fan-out.
+"""The node's event pipeline: runtime lines → stored events → the domain's effects.
 
 Reader threads (one per sandbox) hand parsed lines to one writer thread per node. The
 writer takes whatever has queued (one line when the pipe is quiet, up to
-``MAX_BATCH_LINES`` when it is busy), stores it in one transaction — cursors, events and
-their effects on runs, approvals and sandboxes — and, after commit, sends each
-conversation's events as one channel-layer message followed by the status messages the
-effects produced. Storing before sending is what lets a client resume without a gap.
+``MAX_BATCH_LINES`` when it is busy), classifies each line once (:func:`classify`), masks
+it, and stores the batch in one transaction: each conversation's events with
+:func:`~conversations.services.events.events_append` (which sends them to the live group
+after commit), then the lines that change their run are handed to the domain
+(:class:`~conversations.services.run_effects.RunEffects`: what a line *does* is decided
+there), and the sandboxes' own rows are updated (busy, ready). Storing before sending is
+what lets a client resume without a gap. A lost database connection is retried with
+backoff while the queue holds the lines.
 
-Effects of lines (the runtime is untrusted: lines are attributed to the run the host
-submitted, never to the ``run_id`` the runtime writes):
-
-- ``start`` → the run is ``running``;
-- ``notify ask`` → an :class:`~conversations.models.Approval` (auto-approved at once when
-  the conversation says so and it is a confirm);
-- ``notify usage`` (running totals) → the run's budgets are checked
-  (:class:`~billing.services.RunBudgetGuard`); past one, the run is force-ended with
-  ``budget_exceeded``;
-- ``result`` → the run is finished with its answer, errors, model and usage (billed:
-  the larger of the result's totals and the last running totals);
-- the process exiting → its run (if any) ends ``error`` "sandbox exited (code N)", billed
-  for the last running totals it reported.
+Runs on the node side only.
 """
 
 from __future__ import annotations
@@ -33,15 +25,13 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
-from billing.services import RunBudgetGuard, usage_merge, usage_normalize
-from conversations.models import Approval, Conversation, Run
-from conversations.services import approvals as approval_services
 from conversations.services import events as event_services
-from conversations.services import runs as run_services
+from conversations.services.events import ConversationGone
+from conversations.services.run_effects import LineKind, RunEffects, RunLine
+from paw_project import metrics
 from sandboxes import protocol
 from sandboxes.models import Sandbox
 from sandboxes.pool import ReadEntry, SandboxProcess
@@ -51,7 +41,6 @@ logger = logging.getLogger(__name__)
 MAX_BATCH_LINES = 2000
 QUEUE_MAX_ITEMS = 20_000
 RETRY_DELAYS = (0.1, 0.5, 1.0, 2.0, 5.0)
-MAX_TEXT = 100_000
 
 
 @dataclass
@@ -59,68 +48,47 @@ class _Item:
     sandbox: SandboxProcess
     entries: list[ReadEntry] | None
     returncode: int | None = None
+    received: float = field(default_factory=time.monotonic)  # when it reached the pipeline
 
 
-@dataclass
-class _Effects:
-    """Work found in a batch, applied in the same transaction after the events."""
-
-    started: list[tuple[SandboxProcess, uuid.UUID]] = field(default_factory=list)
-    asks: list[tuple[SandboxProcess, uuid.UUID, dict[str, Any]]] = field(default_factory=list)
-    results: list[tuple[SandboxProcess, uuid.UUID, dict[str, Any]]] = field(default_factory=list)
-    gated: list[tuple[SandboxProcess, uuid.UUID, list[str]]] = field(default_factory=list)
-    # The latest running totals per run in the batch (only the last one needs a check).
-    usage: dict[uuid.UUID, tuple[SandboxProcess, dict[str, Any]]] = field(default_factory=dict)
+#: One line to store: its sandbox, the line, and when it reached the pipeline (monotonic).
+_Pending = tuple[SandboxProcess, ReadEntry, float]
 
 
-def _payload(entry: ReadEntry) -> tuple[str, str, dict[str, Any]]:
-    """``(type, kind, payload)`` to store for a read line."""
+#: ``notify`` kinds with an effect on their run.
+_NOTIFY_EFFECTS = {
+    "ask": LineKind.ASK,
+    "tool_calls": LineKind.TOOL_CALLS,
+    "tool": LineKind.TOOL,
+    "usage": LineKind.USAGE,
+}
+
+
+def classify(entry: ReadEntry) -> tuple[str, str, dict[str, Any], LineKind | None]:
+    """What a read line is, decided once: ``(type, kind, payload, effect)`` — the event
+    ``type`` and notify ``kind`` it is stored under, the payload to store (unmasked), and
+    the :class:`LineKind` of its effect on the run (``None``: none, or a line outside any
+    run the host submitted)."""
     line = entry.line
     if isinstance(line, protocol.Anomaly):
         return "notice", "protocol", {
             "type": "notice", "level": "warning", "code": "protocol", "message": line.message,
-        }  # fmt: skip
+        }, None  # fmt: skip
     if isinstance(line, protocol.Malformed):
         return "log", "malformed", {
             "type": "log", "message": line.text, "malformed": True, "reason": line.reason,
-        }  # fmt: skip
-    kind = line.kind if isinstance(line, protocol.RunLine) else ""
-    return line.type, kind, line.raw
-
-
-def result_outcome(raw: dict[str, Any], forced: tuple[str, str] | None) -> dict[str, Any]:
-    """The run's final state from a ``result`` line (PROTOCOL.md: the only source of truth
-    for the outcome). ``forced`` is the host's own reason when it ended the run (timeout,
-    budget, policy): a cancelled result then ends the run ``error`` with that code."""
-    errors = []
-    for item in raw.get("errors") or []:
-        if isinstance(item, dict):
-            errors.append(
-                run_services.error_entry(
-                    str(item.get("code") or "unknown")[:64], str(item.get("message") or "")[:5000]
-                )
-            )
-        elif isinstance(item, str):
-            errors.append(run_services.error_entry("unknown", item[:5000]))
-    usage = usage_normalize(raw.get("usage"))
-    if forced is not None:
-        status = Run.Status.ERROR
-        errors = [run_services.error_entry(*forced)]
-    elif raw.get("cancelled") is True:
-        status = Run.Status.CANCELLED
-    elif errors:
-        status = Run.Status.ERROR
-    else:
-        status = Run.Status.DONE
-    answer = raw.get("answer") if isinstance(raw.get("answer"), str) else ""
-    model = raw.get("model") if isinstance(raw.get("model"), str) else ""
-    return {
-        "status": status,
-        "answer": answer[:MAX_TEXT],
-        "errors": errors,
-        "model": model,
-        "usage": usage,
-    }
+        }, None  # fmt: skip
+    if not isinstance(line, protocol.RunLine):
+        return line.type, "", line.raw, None
+    effect = None
+    if entry.run is not None:
+        if line.type == "start":
+            effect = LineKind.START
+        elif line.type == "result":
+            effect = LineKind.RESULT
+        elif line.type == "notify":
+            effect = _NOTIFY_EFFECTS.get(line.kind)
+    return line.type, line.kind, line.raw, effect
 
 
 class EventPipeline:
@@ -128,13 +96,14 @@ class EventPipeline:
     sandboxes' reader threads call; it blocks when ``QUEUE_MAX_ITEMS`` are waiting, which
     makes a runtime that outpaces the database wait on its own stdout: nothing is lost."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, node: str = "") -> None:
+        self.node = node  # the node's name, for its metrics
         self._queue: queue.Queue[_Item | None] = queue.Queue(maxsize=QUEUE_MAX_ITEMS)
         self._thread: threading.Thread | None = None
         self._idle = threading.Event()
         self._idle.set()
         self._on_exit: list[Any] = []
-        self._budgets = RunBudgetGuard()  # used by the writer thread only
+        self._effects = RunEffects()  # used by the writer thread only
 
     def start(self) -> None:
         if self._thread is None or not self._thread.is_alive():
@@ -224,10 +193,12 @@ class EventPipeline:
                 time.sleep(delay)
 
     def _store(self, items: list[_Item]) -> None:
-        by_conversation: dict[uuid.UUID, list[tuple[SandboxProcess, ReadEntry]]] = defaultdict(list)
+        by_conversation: dict[uuid.UUID, list[_Pending]] = defaultdict(list)
         for item in items:
             for entry in item.entries or ():
-                by_conversation[item.sandbox.conversation_id].append((item.sandbox, entry))
+                by_conversation[item.sandbox.conversation_id].append(
+                    (item.sandbox, entry, item.received)
+                )
         try:
             self._store_conversations(by_conversation)
         except (OperationalError, InterfaceError):
@@ -239,35 +210,38 @@ class EventPipeline:
                     self._store_conversations({conversation_id: entries})
                 except (OperationalError, InterfaceError):
                     raise
-                except (DatabaseError, Conversation.DoesNotExist):
+                except (DatabaseError, ConversationGone):
                     logger.warning(
                         "event pipeline: dropping %d line(s) of conversation %s",
                         len(entries),
                         conversation_id,
                     )
-        except Conversation.DoesNotExist:
+        except ConversationGone:
             for conversation_id, entries in by_conversation.items():
                 try:
                     self._store_conversations({conversation_id: entries})
-                except Conversation.DoesNotExist:
+                except ConversationGone:
                     logger.info(
                         "conversation %s is gone; its sandbox's lines are dropped", conversation_id
                     )
 
-    def _store_conversations(
-        self, by_conversation: dict[uuid.UUID, list[tuple[SandboxProcess, ReadEntry]]]
-    ) -> None:
-        effects = _Effects()
+    def _store_conversations(self, by_conversation: dict[uuid.UUID, list[_Pending]]) -> None:
+        lines: list[RunLine] = []
+        started: set[uuid.UUID] = set()
+        finished: set[uuid.UUID] = set()
+        # Runs with streamed text in this batch: (the run, when its first delta arrived).
+        streamed: dict[uuid.UUID, tuple[Any, float]] = {}
         with transaction.atomic():
             # Lock conversation rows in one order, so two writers can never deadlock.
             for conversation_id in sorted(by_conversation):
-                entries = by_conversation[conversation_id]
                 drafts = []
-                for sandbox, entry in entries:
-                    line_type, kind, payload = _payload(entry)
-                    if line_type in ("start", "result"):
+                for sandbox, entry, received in by_conversation[conversation_id]:
+                    line_type, kind, payload, effect = classify(entry)
+                    if line_type == "delta" and entry.run is not None:
+                        streamed.setdefault(entry.run.run_id, (entry.run, received))
+                    if effect in (LineKind.START, LineKind.RESULT):
                         held = sandbox.flush_stream()  # a stream's last piece, before its end
-                        if held and line_type == "result":
+                        if held and effect is LineKind.RESULT:
                             drafts.append(
                                 event_services.EventDraft(
                                     run_id=entry.run_id, type="delta",
@@ -280,197 +254,61 @@ class EventPipeline:
                             run_id=entry.run_id, type=line_type, kind=kind, payload=payload
                         )
                     )
-                    self._collect(effects, sandbox, entry, payload)
-                events = event_services.events_append(
-                    conversation_id=conversation_id, drafts=drafts
+                    if effect is None or entry.run is None:
+                        continue
+                    data = payload if effect is LineKind.RESULT else payload.get("data")
+                    lines.append(RunLine(run=entry.run, kind=effect, data=data))
+                    if effect is LineKind.USAGE:
+                        entry.run.record_usage(data)
+                    elif effect is LineKind.START:
+                        started.add(sandbox.sandbox_id)
+                    elif effect is LineKind.RESULT:
+                        finished.add(sandbox.sandbox_id)
+                event_services.events_append(conversation_id=conversation_id, drafts=drafts)
+            self._effects.apply(lines)
+            now = timezone.now()
+            if started - finished:
+                Sandbox.objects.filter(id__in=started - finished, state=Sandbox.State.READY).update(
+                    state=Sandbox.State.BUSY, last_active_at=now
                 )
-                transaction.on_commit(
-                    lambda cid=conversation_id, evs=events: event_services._safe(
-                        event_services.events_publish, conversation_id=cid, events=evs
-                    )
+            if finished:
+                Sandbox.objects.filter(id__in=finished, state=Sandbox.State.BUSY).update(
+                    state=Sandbox.State.READY, last_active_at=now
                 )
-            self._apply(effects)
-
-    @staticmethod
-    def _collect(
-        effects: _Effects, sandbox: SandboxProcess, entry: ReadEntry, payload: dict[str, Any]
-    ) -> None:
-        line = entry.line
-        if entry.run_id is None or not isinstance(line, protocol.RunLine):
-            return
-        if line.type == "start":
-            effects.started.append((sandbox, entry.run_id))
-        elif line.type == "result":
-            effects.results.append((sandbox, entry.run_id, payload))
-        elif line.type == "notify" and line.kind == "ask" and isinstance(payload.get("data"), dict):
-            effects.asks.append((sandbox, entry.run_id, payload["data"]))
-        elif line.type == "notify" and line.kind == "usage":
-            effects.usage[entry.run_id] = (sandbox, usage_normalize(payload.get("data")))
-        elif (
-            line.type == "notify"
-            and line.kind == "tool_calls"
-            and isinstance(payload.get("data"), list)
-        ):
-            required = set(settings.PAW_APPROVAL_REQUIRED_TOOLS)
-            names = [
-                c.get("name")
-                for c in payload["data"]
-                if isinstance(c, dict) and c.get("name") in required
-            ]
-            if names:
-                effects.gated.append((sandbox, entry.run_id, names))
-
-    def _apply(self, effects: _Effects) -> None:
-        now = timezone.now()
-        for _, run_id in effects.started:
-            run_services.run_mark_running(run_id=run_id)
-        finished = {s.sandbox_id for s, _, _ in effects.results}
-        busy = {s.sandbox_id for s, _ in effects.started} - finished
-        if busy:
-            Sandbox.objects.filter(id__in=busy, state=Sandbox.State.READY).update(
-                state=Sandbox.State.BUSY, last_active_at=now
-            )
-        for sandbox, run_id, data in effects.asks:
-            run = (
-                Run.objects.filter(id=run_id, status__in=Run.ACTIVE_STATUSES)
-                .select_related("conversation")
-                .first()
-            )
-            if run is None:
-                continue
-            approval = approval_services.approval_create(run=run, data=data)
-            if approval.kind == Approval.Kind.CONFIRM and run.conversation.auto_approve:
-                # Decided at once: the tabs hear of the decision only, nobody is asked.
-                transaction.on_commit(lambda s=sandbox, a=approval.id: _auto_approve(s, a))
-                continue
-            request = approval_services.approval_request_message(approval)
-            transaction.on_commit(
-                lambda cid=run.conversation_id, message=request: event_services._safe(
-                    event_services.message_publish, conversation_id=cid, message=message
-                )
-            )
-        for sandbox, run_id, names in effects.gated:
-            self._check_policy(sandbox, run_id, names)
-        ended = {run_id for _, run_id, _ in effects.results}
-        for run_id, (sandbox, usage) in effects.usage.items():
-            if run_id not in ended:
-                self._check_budget(sandbox, run_id, usage)
-        for sandbox, run_id, raw in effects.results:
-            outcome = result_outcome(raw, sandbox.forced_outcome.pop(run_id, None))
-            outcome["usage"] = usage_merge(outcome["usage"], sandbox.run_usage.pop(run_id, None))
-            self._budgets.forget(run_id)
-            run_services.run_finish(run_id=run_id, **outcome)
-            Sandbox.objects.filter(id=sandbox.sandbox_id, state=Sandbox.State.BUSY).update(
-                state=Sandbox.State.READY, last_active_at=now
-            )
-
-    def _check_budget(
-        self, sandbox: SandboxProcess, run_id: uuid.UUID, usage: dict[str, Any]
-    ) -> None:
-        """Stop a run that went past its token budget (per run or monthly): a ``cancel``
-        after commit; the run then ends ``error`` ``budget_exceeded``, billed for what
-        it used. Cheap: the run's limits are cached (:class:`RunBudgetGuard`)."""
-        reason = self._budgets.check(run_id=run_id, usage=usage)
-        if reason is None or run_id in sandbox.forced_outcome:
-            return
-        logger.warning("run %s: token budget exceeded; stopping it", run_id)
-        transaction.on_commit(
-            lambda: sandbox.force_end(run_id, code="budget_exceeded", message=reason)
+        # Committed, and (on commit) sent to the live groups.
+        metrics.relay_stored(
+            node=self.node,
+            arrivals=(received for pending in by_conversation.values() for *_, received in pending),
         )
-
-    @staticmethod
-    def _check_policy(sandbox: SandboxProcess, run_id: uuid.UUID, names: list[str]) -> None:
-        """The host does not trust the runtime to ask: each call of a tool in
-        ``PAW_APPROVAL_REQUIRED_TOOLS`` must be covered by an approved confirm of the same
-        run. An uncovered call stops the run and is recorded as a ``policy_violation``."""
-        approved = Approval.objects.filter(
-            run_id=run_id, kind=Approval.Kind.CONFIRM, status=Approval.Status.APPROVED
-        ).count()
-        used = sandbox.gated_calls.get(run_id, 0)
-        sandbox.gated_calls[run_id] = used + len(names)
-        if used + len(names) <= approved:
-            return
-        tools = ", ".join(sorted(set(names)))
-        message = f"The agent tried to use {tools} without your approval, so PAW stopped the run."
-        run = Run.objects.filter(id=run_id).only("conversation_id").first()
-        if run is None:
-            return
-        (event,) = event_services.events_append(
-            conversation_id=run.conversation_id,
-            drafts=[
-                event_services.EventDraft(
-                    run_id=run_id,
-                    type="policy_violation",
-                    kind="approval_required",
-                    payload={
-                        "type": "policy_violation",
-                        "tools": sorted(set(names)),
-                        "message": message,
-                    },
-                )
-            ],
-        )
-        logger.warning("run %s: policy violation (%s without an approved confirm)", run_id, tools)
-        transaction.on_commit(
-            lambda: event_services._safe(
-                event_services.events_publish, conversation_id=run.conversation_id, events=[event]
-            )
-        )
-        transaction.on_commit(
-            lambda: sandbox.force_end(run_id, code="policy_violation", message=message)
-        )
+        for run, received in streamed.values():
+            if not run.first_token:
+                run.first_token = True
+                if run.queued_at is not None:
+                    metrics.run_first_token(queued_at=run.queued_at, arrived=received)
 
     def _exit(self, item: _Item) -> None:
         """Record a sandbox's end and end its run, if one was still going."""
         sandbox = item.sandbox
-        code = item.returncode
         tail = sandbox.stderr_tail()
         state = Sandbox.State.STOPPED if sandbox.stopping else Sandbox.State.DEAD
+        run = sandbox.active
         with transaction.atomic():
             Sandbox.objects.filter(id=sandbox.sandbox_id, state__in=Sandbox.LIVE_STATES).update(
                 state=state, stopped_at=timezone.now()
             )
             Sandbox.objects.filter(id=sandbox.sandbox_id).update(
-                exit_code=code, stderr_tail=tail[-8000:]
+                exit_code=item.returncode, stderr_tail=tail[-8000:]
             )
-            run_id = sandbox.current_run
-            if run_id is not None:
-                self._budgets.forget(run_id)
-                forced = sandbox.forced_outcome.pop(run_id, None)
-                if forced is not None:
-                    error_code, message = forced
-                else:
-                    error_code = "sandbox_exited"
-                    message = f"sandbox exited (code {code})"
-                    if tail:
-                        message += f": {tail[-2000:]}"
-                run_services.run_finish(
-                    run_id=run_id,
-                    status=Run.Status.ERROR,
-                    errors=[run_services.error_entry(error_code, sandbox.mask_text(message))],
-                    # No result: billed for the last running totals the runtime reported.
-                    usage=sandbox.run_usage.pop(run_id, None),
-                )
-                sandbox.current_run = None
-            elif state == Sandbox.State.DEAD:
-                event_services.notice_append(
-                    conversation_id=sandbox.conversation_id,
-                    run_id=None,
-                    code="sandbox_exited",
-                    message=f"The agent's sandbox exited unexpectedly (code {code}); the next run starts a new one.",
-                )
+            self._effects.sandbox_exited(
+                run=run,
+                conversation_id=sandbox.conversation_id,
+                exit_code=item.returncode,
+                stderr_tail=sandbox.mask_text(tail),
+                expected=state == Sandbox.State.STOPPED,
+            )
+        if state == Sandbox.State.DEAD:
+            metrics.sandbox_crashed(node=self.node)
+        if run is not None:
+            run.close()  # after commit: a retried transaction still finds the run
         for callback in self._on_exit:
             callback(sandbox)
-
-
-def _auto_approve(sandbox: SandboxProcess, approval_id: uuid.UUID) -> None:
-    """Approve a confirm on the conversation's behalf and answer the runtime at once."""
-    try:
-        approval = approval_services.approval_decide(
-            approval_id=approval_id, approved=True, decided_by="auto", via="auto"
-        )
-        sandbox.send(
-            "answer", run_id=str(approval.run_id), answers=["yes"], ask_id=approval.ask_id or None
-        )
-    except Exception:  # the approval stays pending and expires at its deadline
-        logger.exception("auto-approve of %s failed", approval_id)

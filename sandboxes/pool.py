@@ -29,12 +29,17 @@ from django.conf import settings
 
 from sandboxes import protocol
 from sandboxes.launch import (
+    KEEPER,
     SandboxSpec,
     build_command,
     build_environment,
+    isolation_mode,
+    network_mode,
     private_variables,
+    runtime_kind,
     takes_secrets_fd,
 )
+from sandboxes.network import SandboxNetwork, network_plan
 from secrets_vault.masking import StreamMasker, mask_secrets
 
 logger = logging.getLogger(__name__)
@@ -44,6 +49,10 @@ STDERR_TAIL_LINES = 40
 MAX_LINE_BYTES = 4 * 1024 * 1024
 #: Seconds to wait for the runtime to acknowledge a submit (``start``) or refuse it.
 SUBMIT_ACK_TIMEOUT = 10.0
+#: Seconds between two ``cancel`` ops for a run that was cancelled and has not ended yet.
+CANCEL_RESEND_SECONDS = 1.0
+#: Seconds the keeper gets to kill a sandbox's processes on SIGUSR1 (it takes milliseconds).
+KEEPER_KILL_SECONDS = 2.0
 #: PROTOCOL.md: ``result`` is written a moment before the next submit is accepted.
 SUBMIT_RETRY_DELAY = 0.05
 
@@ -56,13 +65,126 @@ class SandboxError(Exception):
         self.code = code
 
 
+class ActiveRun:
+    """The run a sandbox executes, as its node knows it: the one object that holds a run's
+    state on the node (the domain sees it as a
+    :class:`~conversations.services.run_effects.RunControl`).
+
+    ``started``: ``time.monotonic()`` at submit; ``queued_at``: the run's creation (epoch
+    seconds, for the time to first token), and ``first_token`` whether its first streamed
+    text was stored. ``forced``: ``(code, message)`` once the
+    host ended the run itself (timeout, budget, policy, a stop), and ``forced_at`` when.
+    ``allowed_tools``: the only tools the run may use (None: any). ``usage``: the latest
+    ``notify usage`` running totals as the runtime wrote them (``{"input", "output",
+    "rounds", "estimated"}``, unchecked): what a run that ends without a result (crash,
+    kill, lost stdout) is billed for.
+    """
+
+    def __init__(
+        self,
+        *,
+        sandbox: SandboxProcess,
+        run_id: uuid.UUID,
+        user_id: int,
+        queued_at: float | None = None,
+        allowed_tools: frozenset[str] | None = None,
+    ) -> None:
+        self.sandbox = sandbox
+        self.run_id = run_id
+        self.user_id = user_id
+        self.allowed_tools = allowed_tools
+        self.started = time.monotonic()
+        self.queued_at = queued_at
+        self.first_token = False
+        self.forced: tuple[str, str] | None = None
+        self.forced_at: float | None = None
+        self.cancel_sent_at: float | None = None
+        self.cancel_resent_at: float | None = None
+        self.usage: dict[str, Any] | None = None
+
+    @property
+    def is_current(self) -> bool:
+        """Whether this is still the run its sandbox executes."""
+        return self.sandbox.active is self
+
+    def record_usage(self, data: Any) -> None:
+        """Keep the runtime's latest running totals (a ``notify usage`` line's ``data``)."""
+        if isinstance(data, dict):
+            self.usage = dict(data)
+
+    def mark_forced(self, *, code: str, message: str) -> bool:
+        """Record that the host ends the run (``code``, ``message``: its error) without
+        telling the runtime (the caller stops the sandbox). ``False`` when the run already
+        ended or was already forced: the first reason stays."""
+        if not self.is_current or self.forced is not None:
+            return False
+        self.forced = (code, message)
+        self.forced_at = time.monotonic()
+        return True
+
+    def force_end(self, *, code: str, message: str) -> None:
+        """End the run for a host reason (timeout, budget, policy): a ``cancel`` op now,
+        and the run ends ``error`` with ``code`` when its cancelled result arrives. The
+        node's monitor kills the sandbox if the runtime does not comply within
+        ``PAW_RUN_CANCEL_GRACE_SECONDS``."""
+        if not self.mark_forced(code=code, message=message):
+            return
+        try:
+            self.sandbox.send("cancel", run_id=str(self.run_id))
+        except SandboxError:
+            self.sandbox.kill()
+
+    def cancel(self) -> None:
+        """Write a ``cancel`` op for this run (somebody cancelled it). The first one is
+        remembered (``cancel_sent_at``): until the run ends, the node's monitor writes it
+        again every ``CANCEL_RESEND_SECONDS`` (a runtime that missed it, say while it was
+        still setting the run up, gets it again) and kills the sandbox if the run is still
+        going ``PAW_RUN_CANCEL_GRACE_SECONDS`` later. A sandbox that is gone is killed
+        (its exit ends the run)."""
+        if not self.is_current:
+            return
+        now = time.monotonic()
+        if self.cancel_sent_at is None:
+            self.cancel_sent_at = now
+        self.cancel_resent_at = now
+        try:
+            op_id = self.sandbox.send("cancel", run_id=str(self.run_id))
+        except SandboxError:
+            self.sandbox.kill()
+            return
+        # A runtime that ended the run meanwhile refuses it ("not active"): not news.
+        self.sandbox.quiet_refusals(op_id)
+
+    def answer(self, *, answers: list[str], ask_id: str | None) -> None:
+        """Write an ``answer`` op for this run. Raises :class:`SandboxError` when the
+        sandbox is gone."""
+        self.sandbox.send("answer", run_id=str(self.run_id), answers=answers, ask_id=ask_id)
+
+    def close(self) -> None:
+        """The run ended in its sandbox (its ``result`` was read, or the process exited).
+        A run that was cancelled (somebody's cancel, or the host's: timeout, budget,
+        policy) leaves no tool process behind: paw-agent kills its own; for any other
+        runtime the host kills every process of the sandbox but the runtime
+        (:meth:`SandboxProcess.kill_tools`)."""
+        if self.sandbox.active is self:
+            self.sandbox.active = None
+            self.sandbox.last_run = self
+            stopped = self.cancel_sent_at is not None or self.forced is not None
+            if stopped and self.sandbox.kind != "paw-agent":
+                self.sandbox.kill_tools()
+
+
 @dataclass
 class ReadEntry:
     """One line read from a runtime, tagged with the run it belongs to (as the host knows
     it: the runtime's own ``run_id`` is never trusted for attribution)."""
 
-    run_id: uuid.UUID | None
+    run: ActiveRun | None
     line: protocol.ParsedLine
+
+    @property
+    def run_id(self) -> uuid.UUID | None:
+        return self.run.run_id if self.run is not None else None
 
 
 @dataclass
@@ -74,14 +196,25 @@ class _Waiter:
 class SandboxProcess:
     """One runtime process: spawn, handshake, ops, reading, stopping.
 
-    ``sandbox_id`` is the ``Sandbox`` row's id; ``current_run`` the run being executed
-    (set before its submit is written, cleared when its ``result`` is read).
+    ``sandbox_id`` is the ``Sandbox`` row's id; ``active`` the run being executed (an
+    :class:`ActiveRun`, set before its submit is written, closed when its ``result`` is
+    read or the process exits); ``last_run`` the one before.
     """
 
     def __init__(
-        self, *, sandbox_id: uuid.UUID, spec: SandboxSpec, sink: Callable[..., None]
+        self,
+        *,
+        sandbox_id: uuid.UUID,
+        spec: SandboxSpec,
+        sink: Callable[..., None],
+        on_network_refused: Callable[[SandboxProcess, str, str], None] | None = None,
     ) -> None:
         self.sandbox_id = sandbox_id
+        #: The node-side forwarder of an isolated network (``PAW_SANDBOX_NETWORK``).
+        self.network: SandboxNetwork | None = None
+        self._on_network_refused = on_network_refused
+        #: Runs already told about a refused destination (one ``notice`` per run).
+        self.network_noticed: set[uuid.UUID | None] = set()
         self.spec = spec
         self.conversation_id = uuid.UUID(spec.conversation_id)
         self.fingerprint = spec.fingerprint
@@ -89,29 +222,22 @@ class SandboxProcess:
         self.process: subprocess.Popen | None = None
         self.command: list[str] = []
         self.capabilities: frozenset[str] = frozenset()
-        self.current_run: uuid.UUID | None = None
+        self.active: ActiveRun | None = None
+        self.last_run: ActiveRun | None = None
         self.last_active = time.monotonic()
-        self.run_started = 0.0
         self.stopping = False
-        # Why the host ended a run itself (timeout, budget, policy): {run_id: (code, message)}.
-        self.forced_outcome: dict[uuid.UUID, tuple[str, str]] = {}
-        self.forced_at: float | None = None
-        # Gated tool calls seen per run (each needs one approved confirm before it).
-        self.gated_calls: dict[uuid.UUID, int] = {}
-        # The latest `notify usage` running totals per run, as the runtime wrote them
-        # (``{"input", "output", "rounds", "estimated"}``, unchecked): what a run that ends
-        # without a result (crash, kill, lost stdout) is billed for. Popped at its end.
-        self.run_usage: dict[uuid.UUID, dict[str, Any]] = {}
         self._stream_masker: StreamMasker | None = None
         self._ready = threading.Event()
         self._ready_error: str | None = None
         self._write_lock = threading.Lock()
         self._waiters: dict[str, _Waiter] = {}
+        self._quiet: collections.deque[str] = collections.deque(maxlen=64)
         self._submit_waiters: dict[str, _Waiter] = {}
         self._stderr: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
         self._seq = protocol.SeqTracker()
         self._threads: list[threading.Thread] = []
         self.exited = threading.Event()
+        self.kind = "other"  # runtime_kind() of the command, once started
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -128,22 +254,52 @@ class SandboxProcess:
             for name in private:
                 del env[name]
             secrets_fd, writer = os.pipe()
-        self.command = build_command(self.spec, secrets_fd=secrets_fd)
+        plan, folder = None, None
+        if network_mode() == "isolated":
+            plan = network_plan({**env, **private})
+            for name, value in plan.env.items():
+                (private if name in private else env)[name] = value
+            self.network = SandboxNetwork(plan, self._network_refused)
+            folder = self.network.start()
+        # Under bubblewrap the protocol pipes go in above descriptor 2, so that the jail's
+        # init (readable by the sandbox's code) never holds them (launch.stdio_prefix).
+        ops_reader = ops_writer = lines_reader = lines_writer = None
+        if isolation_mode() == "bwrap":
+            ops_reader, ops_writer = os.pipe()
+            lines_reader, lines_writer = os.pipe()
+        jail_ends = tuple(fd for fd in (ops_reader, lines_writer) if fd is not None)
+        self.command = build_command(
+            self.spec, secrets_fd=secrets_fd, network=plan, network_folder=folder,
+            stdio_fds=jail_ends or None,
+        )  # fmt: skip
+        self.kind = runtime_kind()
         try:
             self.process = launch(
                 self.command,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
+                stdin=subprocess.DEVNULL if jail_ends else subprocess.PIPE,
+                stdout=subprocess.DEVNULL if jail_ends else subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 cwd=self.spec.workspace,
                 env=env,
                 start_new_session=True,  # its own process group: we can signal all of it
                 bufsize=0,
-                pass_fds=(secrets_fd,) if secrets_fd is not None else (),
+                pass_fds=(*((secrets_fd,) if secrets_fd is not None else ()), *jail_ends),
             )
+        except BaseException:
+            if self.network is not None:
+                self.network.close()
+            for fd in (ops_writer, lines_reader):
+                if fd is not None:
+                    os.close(fd)
+            raise
         finally:
             if secrets_fd is not None:
                 os.close(secrets_fd)
+            for fd in jail_ends:
+                os.close(fd)
+        if jail_ends:  # the host's ends, as Popen would have made them (unbuffered)
+            self.process.stdin = open(ops_writer, "wb", buffering=0)  # noqa: SIM115
+            self.process.stdout = open(lines_reader, "rb", buffering=0)  # noqa: SIM115
         if secrets_fd is not None:
             # Written from a thread: a pipe holds 64 KiB, and the runtime reads it at start.
             threading.Thread(
@@ -155,6 +311,40 @@ class SandboxProcess:
             )
             thread.start()
             self._threads.append(thread)
+
+    def open_package_index(self) -> bool:
+        """Allow the package index (an approved ``install_package`` is about to run) until
+        the run's next tool result or its end. Returns whether the sandbox has an isolated
+        network (with ``host`` there is nothing to open)."""
+        if self.network is None:
+            return False
+        self.network.index_open = True
+        logger.info("sandbox %s: the package index is open for an install", self.sandbox_id)
+        return True
+
+    def _close_index_after_install(self, entries: list[ReadEntry]) -> None:
+        for entry in entries:
+            line = entry.line
+            if isinstance(line, protocol.RunLine) and (
+                line.type == "result" or (line.type == "notify" and line.kind == "tool")
+            ):
+                self.network.index_open = False
+                logger.info("sandbox %s: the package index is closed", self.sandbox_id)
+                return
+
+    def _network_refused(self, destination: str, reason: str) -> None:
+        """The forwarder refused ``destination``: logged with the run it happened in, and
+        passed to ``on_network_refused`` (the node's notice, once per run)."""
+        run = self.active or self.last_run
+        run_id = run.run_id if run is not None else None
+        logger.warning(
+            "sandbox %s run %s: network destination refused: %s", self.sandbox_id, run_id, reason
+        )
+        if self._on_network_refused is not None:
+            try:
+                self._on_network_refused(self, destination, reason)
+            except Exception:
+                logger.exception("sandbox %s: the refusal could not be reported", self.sandbox_id)
 
     def wait_ready(self, timeout: float) -> None:
         """Wait for ``ready`` (and accept its protocol version) or raise :class:`SandboxError`."""
@@ -168,11 +358,24 @@ class SandboxProcess:
             raise SandboxError(self._ready_error, code="sandbox_start")
 
     def stderr_tail(self) -> str:
-        """The last lines the runtime wrote to stderr."""
-        return "\n".join(self._stderr)
+        """The last lines the runtime wrote to stderr, with the sandbox's secret values
+        masked (each line as it arrived, before it was cut to 2000 characters, and the
+        whole tail again, for a value spread over lines): what is stored on the
+        ``Sandbox`` row, shown in the admin and put in a run's error message."""
+        return self.mask_text("\n".join(self._stderr))
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
+
+    @property
+    def state(self) -> str:
+        """``starting``, ``idle``, ``busy`` or ``stopping`` (as :meth:`SandboxPool.state_counts`
+        counts it)."""
+        if self.stopping:
+            return "stopping"
+        if not self._ready.is_set():
+            return "starting"
+        return "busy" if self.active is not None else "idle"
 
     def stop(self, *, grace: float = 3.0) -> None:
         """Stop the process: ``shutdown`` op, then SIGTERM, then SIGKILL of its process
@@ -189,7 +392,7 @@ class SandboxProcess:
         if process.poll() is None:
             self._signal_group(signal.SIGTERM)
             self._wait(process, grace)
-        self._signal_group(signal.SIGKILL)
+        self._kill_tree()
         self._wait(process, grace)
         kill_marked_processes(str(self.sandbox_id))
         with contextlib.suppress(OSError):
@@ -201,8 +404,85 @@ class SandboxProcess:
     def kill(self) -> None:
         """Kill the whole sandbox at once (no grace)."""
         self.stopping = True
-        self._signal_group(signal.SIGKILL)
+        self._kill_tree()
         kill_marked_processes(str(self.sandbox_id))
+
+    def tool_processes(self) -> list[int]:
+        """The pids of every process of the sandbox but its own machinery (the keeper, or
+        bubblewrap and the init of its PID namespace) and the runtime itself: what its
+        tools started, detached ones included (re-parented to the keeper or to the
+        namespace's init, so still below the sandbox's root). The runtime is the root's
+        oldest child (with an isolated network, the relay's: ``sandboxes/jail_relay.py``
+        starts the runtime)."""
+        if self.process is None or self.process.poll() is not None:
+            return []
+        table = _process_table()
+        children: dict[int, list[int]] = collections.defaultdict(list)
+        for pid, (parent, _, _) in table.items():
+            children[parent].append(pid)
+
+        def oldest(pids: list[int]) -> int | None:
+            return min(pids, key=lambda pid: table[pid][2]) if pids else None
+
+        root: int | None = self.process.pid
+        if not self.kept:  # bwrap → the namespace's init (bwrap again) → the runtime
+            root = oldest(children[root])
+        runtime = oldest(children[root]) if root is not None else None
+        if runtime is None:
+            return []
+        stack = [pid for pid in children[root] if pid != runtime]
+        if self.network is not None:  # an isolated network: init → the relay → the runtime
+            relay, runtime = runtime, oldest(children[runtime])
+            if runtime is None:
+                return []
+            stack += [pid for pid in children[relay] if pid != runtime]
+        found: list[int] = []
+        stack += children[runtime]
+        while stack:
+            pid = stack.pop()
+            if table[pid][1] != "Z":
+                found.append(pid)
+            stack.extend(children[pid])
+        return found
+
+    def kill_tools(self, *, rounds: int = 50) -> int:
+        """SIGKILL :meth:`tool_processes` until none is left (one forked meanwhile is
+        found in the next round); the runtime stays up. Returns how many kills were sent."""
+        sent = 0
+        for _ in range(rounds):
+            found = self.tool_processes()
+            if not found:
+                break
+            for pid in found:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+                    sent += 1
+            time.sleep(0.005)
+        if sent:
+            logger.info(
+                "sandbox %s: killed %d tool process(es) of a stopped run", self.sandbox_id, sent
+            )
+        return sent
+
+    @property
+    def kept(self) -> bool:
+        """Whether the sandbox runs under the keeper (``PAW_SANDBOX_ISOLATION=none``)."""
+        return KEEPER in self.command
+
+    def _kill_tree(self) -> None:
+        """SIGKILL every process of the sandbox. Under the keeper: SIGUSR1 first, so the
+        keeper kills all its descendants (those in sessions of their own too) before it
+        dies, then SIGKILL of the group for what is left. With bubblewrap, the SIGKILL of
+        the group ends bwrap, and with it the sandbox's PID namespace: every process in
+        it."""
+        process = self.process
+        if process is None:
+            return
+        if self.kept and process.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(process.pid, signal.SIGUSR1)
+            self._wait(process, KEEPER_KILL_SECONDS)
+        self._signal_group(signal.SIGKILL)
 
     @staticmethod
     def _wait(process: subprocess.Popen, timeout: float) -> None:
@@ -263,32 +543,65 @@ class SandboxProcess:
         self.last_active = time.monotonic()
         return op_id
 
-    def force_end(self, run_id: uuid.UUID, *, code: str, message: str) -> None:
-        """End a run for a host reason (timeout, budget, policy): a ``cancel`` op now, and
-        the run ends ``error`` with ``code`` when its cancelled result arrives. The node's
-        monitor kills the sandbox if the runtime does not comply within the cancel grace."""
-        if self.current_run != run_id or run_id in self.forced_outcome:
-            return
-        self.forced_outcome[run_id] = (code, message)
-        self.forced_at = time.monotonic()
-        try:
-            self.send("cancel", run_id=str(run_id))
-        except SandboxError:
-            self.kill()
+    def quiet_refusals(self, op_id: str) -> None:
+        """An ``error`` line answering op ``op_id`` is dropped, not stored (the op was a
+        repeated ``cancel``, which a runtime that already ended the run refuses)."""
+        self._quiet.append(op_id)
 
-    def submit(self, *, run_id: uuid.UUID, prompt: str) -> None:
-        """Submit a run and wait until the runtime acknowledges it with ``start``.
+    @property
+    def current_run(self) -> uuid.UUID | None:
+        """The id of the run being executed, if any."""
+        return self.active.run_id if self.active is not None else None
+
+    def run_of(self, run_id: uuid.UUID) -> ActiveRun | None:
+        """This sandbox's current or previous run with id ``run_id``, if it is one of them."""
+        for run in (self.active, self.last_run):
+            if run is not None and run.run_id == run_id:
+                return run
+        return None
+
+    def submit(
+        self,
+        *,
+        run_id: uuid.UUID,
+        user_id: int,
+        prompt: str,
+        queued_at: float | None = None,
+        tools: list[str] | None = None,
+        knowledge: dict[str, Any] | None = None,
+        attachments: list[dict[str, str]] | None = None,
+        vision: bool | None = None,
+    ) -> None:
+        """Submit a run (of the user ``user_id``, created at ``queued_at``, epoch seconds)
+        and wait until the runtime acknowledges it with ``start``. ``tools`` (the only
+        tools the run may use), ``knowledge``, ``attachments`` (``[{"path"}]``, images
+        sent with the prompt) and ``vision`` (the model accepts images) travel in the
+        submit op (paw-agent's ``submit_tools``, ``knowledge`` and ``images``
+        capabilities; None leaves them out).
 
         A refusal because a run is still active is retried once after ~50 ms
         (PROTOCOL.md). Raises :class:`SandboxError` when the runtime refuses, exits, or
         does not answer within ``SUBMIT_ACK_TIMEOUT`` seconds.
         """
-        self.current_run = run_id
-        self.run_started = time.monotonic()
+        active = self.active = ActiveRun(
+            sandbox=self,
+            run_id=run_id,
+            user_id=user_id,
+            queued_at=queued_at,
+            allowed_tools=frozenset(tools) if tools is not None else None,
+        )
         for attempt in (1, 2):
             waiter = _Waiter()
             self._submit_waiters[str(run_id)] = waiter
-            op_id = self.send("submit", prompt=prompt, run_id=str(run_id))
+            op_id = self.send(
+                "submit",
+                prompt=prompt,
+                run_id=str(run_id),
+                tools=tools,
+                knowledge=knowledge,
+                attachments=attachments,
+                vision=vision,
+            )
             self._waiters[op_id] = waiter
             try:
                 if not waiter.event.wait(SUBMIT_ACK_TIMEOUT) and not self.exited.is_set():
@@ -307,7 +620,8 @@ class SandboxProcess:
             if attempt == 1 and "already active" in waiter.error:
                 time.sleep(SUBMIT_RETRY_DELAY)
                 continue
-            self.current_run = None
+            if self.active is active:
+                self.active = None
             raise SandboxError(f"the agent runtime refused the run: {waiter.error}", code="sandbox")
 
     # --- reading ------------------------------------------------------------------------
@@ -338,6 +652,8 @@ class SandboxProcess:
                     pending = b""
                     discarding = True
                 entries = [entry for raw in lines if raw.strip() for entry in self._take(raw)]
+                if self.network is not None and self.network.index_open:
+                    self._close_index_after_install(entries)
                 if entries:
                     self.last_active = time.monotonic()
                     self._sink(self, entries)
@@ -364,14 +680,17 @@ class SandboxProcess:
             return []
         if isinstance(line, protocol.ControlLine):
             if line.type == "error":
+                if line.op_id and line.op_id in self._quiet:
+                    return []
                 waiter = self._waiters.get(line.op_id or "")
                 if waiter is not None:
                     waiter.error = line.message or line.error_code or "refused"
                     waiter.event.set()
-                return [ReadEntry(run_id=self.current_run, line=line)]
+                return [ReadEntry(run=self.active, line=line)]
             return []  # pong, hello: answers to our own probes
-        run_id = self.current_run
-        entries = [ReadEntry(run_id=run_id, line=line)]
+        run = self.active
+        run_id = run.run_id if run is not None else None
+        entries = [ReadEntry(run=run, line=line)]
         if isinstance(line, protocol.RunLine):
             if line.type == "start":
                 self._seq = protocol.SeqTracker()
@@ -382,14 +701,9 @@ class SandboxProcess:
             if run_id is not None and line.run_id and line.run_id != str(run_id):
                 problem = f"a line for run {line.run_id[:64]!r} arrived during run {run_id}"
             if problem:
-                entries.append(
-                    ReadEntry(run_id=run_id, line=protocol.Anomaly(f"protocol: {problem}"))
-                )
-            if line.type == "notify" and line.kind == "usage" and run_id is not None:
-                if isinstance(line.data, dict):
-                    self.run_usage[run_id] = dict(line.data)
-            elif line.type == "result":
-                self.current_run = None
+                entries.append(ReadEntry(run=run, line=protocol.Anomaly(f"protocol: {problem}")))
+            if line.type == "result" and run is not None:
+                run.close()  # the runtime takes the next submit now (PROTOCOL.md)
         return entries
 
     def _read_stderr(self) -> None:
@@ -397,16 +711,18 @@ class SandboxProcess:
         for raw in iter(self.process.stderr.readline, b""):
             text = raw.decode("utf-8", errors="replace").rstrip()
             if text:
-                self._stderr.append(text[:2000])
+                self._stderr.append(self.mask_text(text)[:2000])
 
     def _on_eof(self) -> None:
         assert self.process is not None
         try:
             returncode = self.process.wait(timeout=10)
         except subprocess.TimeoutExpired:
-            self._signal_group(signal.SIGKILL)
+            self._kill_tree()
             returncode = self.process.wait()
         kill_marked_processes(str(self.sandbox_id))
+        if self.network is not None:
+            self.network.close()
         for thread in self._threads:
             if thread is not threading.current_thread():
                 thread.join(timeout=2)
@@ -447,6 +763,21 @@ def launch(command: list[str], **popen_kwargs: Any) -> subprocess.Popen:
                 max_workers=1, thread_name_prefix="sandbox-launcher"
             )
     return _launcher.submit(subprocess.Popen, command, **popen_kwargs).result()
+
+
+def _process_table() -> dict[int, tuple[int, str, int]]:
+    """``{pid: (parent pid, state letter, start time in clock ticks)}`` from ``/proc``."""
+    table = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+            table[int(name)] = (int(fields[1]), fields[0].decode(), int(fields[19]))
+        except (OSError, IndexError, ValueError):
+            continue
+    return table
 
 
 def kill_marked_processes(marker: str) -> int:
@@ -508,13 +839,21 @@ class SandboxPool:
     def idle_lru(self) -> list[SandboxProcess]:
         """Idle sandboxes (no run), least recently active first."""
         return sorted(
-            (s for s in self.all() if s.current_run is None and not s.stopping),
+            (s for s in self.all() if s.active is None and not s.stopping),
             key=lambda s: s.last_active,
         )
 
     def __len__(self) -> int:
         with self._lock:
             return len(self._sandboxes)
+
+    def state_counts(self) -> dict[str, int]:
+        """How many live sandboxes are in each state: ``starting`` (not ready yet),
+        ``idle``, ``busy`` (a run), ``stopping``."""
+        counts = dict.fromkeys(("starting", "idle", "busy", "stopping"), 0)
+        for sandbox in self.all():
+            counts[sandbox.state] += 1
+        return counts
 
 
 _pool: SandboxPool | None = None

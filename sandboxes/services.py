@@ -1,71 +1,61 @@
-"""Sandbox services: routing runs and ops to the node that owns a conversation's sandbox,
-and what that node does with them.
-
-Web-side functions (``run_plan``, ``run_enqueue``, ``run_cancel_dispatch``,
-``approval_answer_dispatch``, ``sandbox_stop_for_conversation``) only write rows and
-enqueue Celery tasks. Node-side functions (``run_dispatch``, ``run_cancel_deliver``,
-``approval_answer_deliver``, ``sandbox_stop_local``) run in the worker that owns the
-sandbox; they spawn, submit and write ops, and return without waiting for the run.
+"""The node side: what a worker node does with the work the web side enqueued
+(:mod:`sandboxes.enqueue`), called by the Celery tasks named after each function
+(:mod:`sandboxes.tasks`): execute a run (spawn or reuse the conversation's sandbox, submit),
+deliver a cancel, an approval's answer or a stop to a sandbox of this node, and — from
+Celery beat — reap what lost nodes left behind. They return without waiting for the run:
+the run goes on in the sandbox, and its lines come back through the node's event pipeline.
 """
 
 from __future__ import annotations
 
 import logging
-import shutil
+import sqlite3
+import tempfile
 import time
 import uuid
-from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from conversations.models import Approval, Conversation, Run
+from conversations.selectors import runs as run_selectors
+from conversations.selectors.conversations import approval_timeout_of
 from conversations.services import events as event_services
 from conversations.services import runs as run_services
-from conversations.workspaces import workspace_ensure, workspace_path
+from conversations.services.workspaces import workspace_ensure, workspace_remove
+from paw_project import metrics
 from paw_project.errors import DomainError
-from sandboxes.launch import SandboxSpec
+from sandboxes.enqueue import run_execute_enqueue, sandbox_stop_enqueue
+from sandboxes.launch import (
+    KNOWLEDGE_FOLDER,
+    SandboxSpec,
+    host_file_put,
+    host_file_remove,
+    host_files,
+    memory_exchanges,
+)
 from sandboxes.models import Sandbox, WorkerNode
-from sandboxes.node import Node, current_node, deliver_answer
+from sandboxes.node import Node, current_node
 from sandboxes.pool import SandboxError, SandboxProcess, ready_timeout
-from secrets_vault.services import datasources_validate, provider_resolve, sandbox_environment
+from sandboxes.selectors import lost_node_names, stopped_node_names
+from secrets_vault.services import (
+    RunKnowledge,
+    knowledge_for_run,
+    knowledge_index_write,
+    provider_resolve,
+    sandbox_environment,
+)
 
 logger = logging.getLogger(__name__)
 
-# --- planning and routing (web side) ----------------------------------------------------------
 
-
-@dataclass(frozen=True)
-class RunPlan:
-    """The validated choices a run is created with."""
-
-    provider: str
-    model: str
-    datasources: list[str]
-
-
-def run_plan(
-    *, user: Any, conversation: Conversation, llm_provider: str | None, llm_model: str | None,
-    datasources: list[str],
-) -> RunPlan:  # fmt: skip
-    """Validate a run's provider, model and datasources before it is created (provider
-    precedence and activation: ``secrets_vault.services.provider_resolve``).
-
-    Raises :class:`InvalidRequest` with the reason: ``no_provider``, ``unknown_provider``,
-    ``provider_inactive``, ``unknown_model``, ``unknown_datasource``.
-    """
-    choice = provider_resolve(
-        user=user, conversation=conversation, llm_provider=llm_provider, llm_model=llm_model
-    )
-    slugs = datasources_validate(slugs=datasources)
-    return RunPlan(provider=choice.name, model=choice.model, datasources=slugs)
-
-
-def sandbox_spec_for(run: Run) -> SandboxSpec:
-    """What the run's sandbox must be started with: the provider's endpoint, key and
+def sandbox_spec_for(run: Any) -> SandboxSpec:
+    """What the sandbox of ``run`` (a ``conversations`` run as
+    :func:`~conversations.services.runs.run_claim` returns it, with its user and
+    conversation) must be started with: the provider's endpoint, key and
     model, the user's secrets and the datasources the run may use, and the secret values
     among them (for masking). Keys are looked up here, on the worker, at dispatch time:
     they never travel through the broker. Raises :class:`InvalidRequest` when the run's
@@ -83,89 +73,95 @@ def sandbox_spec_for(run: Run) -> SandboxSpec:
         model=choice.model,
         env=environment.env,
         secret_values=environment.secret_values,
+        answer_timeout=approval_timeout_of(run.conversation),
+        vision=choice.vision,
     )
 
 
-def node_is_alive(name: str) -> bool:
-    """Whether the worker node ``name`` has a recent heartbeat and has not stopped."""
-    cutoff = timezone.now() - timedelta(seconds=settings.PAW_NODE_DEAD_SECONDS)
-    return WorkerNode.objects.filter(
-        name=name, heartbeat_at__gte=cutoff, stopped_at__isnull=True
-    ).exists()
+def run_submit_options(
+    run: Any, sandbox: SandboxProcess, *, vision: bool = False
+) -> dict[str, Any]:
+    """What the submit of ``run`` carries beside its prompt, as far as the sandbox's
+    runtime takes it (``ready.capabilities``): ``tools``, the only ones the run may use
+    (capability ``submit_tools``), ``knowledge`` of its datasources (capability
+    ``knowledge``: the entries chosen for the prompt and the index files written for its
+    ``search_knowledge`` tool into the sandbox's read-only ``.paw/host``), and, for a
+    runtime with capability ``images``, ``vision`` (whether the model accepts images) and
+    the run's ``attachments`` (``[{"path"}]``). Raises :class:`SandboxError`
+    ``runtime_unsupported`` for a restricted run on a runtime that cannot restrict its
+    tools (PAW would stop it at its first other tool anyway) or a run with attachments on
+    a runtime that cannot send images, and ``model_without_vision`` for attachments when
+    the model no longer accepts images (its provider changed since the run was
+    accepted). A knowledge index that cannot be written (disk full) leaves the run
+    without knowledge (logged), not without an answer."""
+    options: dict[str, Any] = {}
+    attachments = list(getattr(run, "attachments", None) or [])
+    if attachments:
+        if "images" not in sandbox.capabilities:
+            raise SandboxError(
+                "this message has images attached (" + ", ".join(attachments) + "), and the "
+                "agent runtime cannot send images to the model: use paw-agent "
+                "(PAW_HARNESS_CMD)",
+                code="runtime_unsupported",
+            )
+        if not vision:
+            raise SandboxError(
+                f"the model '{run.model}' does not accept images, so the attached "
+                + ", ".join(attachments)
+                + " cannot be sent to it",
+                code="model_without_vision",
+            )
+        options["attachments"] = [{"path": path} for path in attachments]
+    if "images" in sandbox.capabilities:
+        options["vision"] = bool(vision)
+    if run.tools:
+        if "submit_tools" not in sandbox.capabilities:
+            raise SandboxError(
+                "this run may use only some tools (" + ", ".join(run.tools) + "), and the "
+                "agent runtime cannot be told so: use paw-agent (PAW_HARNESS_CMD)",
+                code="runtime_unsupported",
+            )
+        options["tools"] = list(run.tools)
+    if run.datasources and "knowledge" in sandbox.capabilities:
+        knowledge = knowledge_for_run(datasource_slugs=run.datasources, prompt=run.prompt)
+        try:
+            indexes = knowledge_indexes_place(sandbox.spec.workspace, knowledge)
+        except (OSError, sqlite3.Error):  # an index that cannot be written: run without it
+            logger.exception("run %s: its datasources' knowledge could not be prepared", run.id)
+        else:
+            if knowledge.entries or indexes:
+                options["knowledge"] = {"entries": knowledge.entries, "indexes": indexes}
+    return options
 
 
-def owner_node(conversation_id: uuid.UUID) -> str | None:
-    """The live node whose sandbox holds the conversation, if any."""
-    node = (
-        Sandbox.objects.filter(conversation_id=conversation_id, state__in=Sandbox.LIVE_STATES)
-        .values_list("node", flat=True)
-        .first()
-    )
-    return node if node and node_is_alive(node) else None
+def knowledge_indexes_place(workspace: Path, knowledge: RunKnowledge) -> list[dict[str, str]]:
+    """Make sure the sandbox's ``.paw/host/knowledge/`` holds the index file of each of the
+    run's datasources at its current version (built in a private temporary folder by
+    ``knowledge_index_write``, then put there by :func:`~sandboxes.launch.host_file_put`,
+    never through a link); older versions go. Returns the submit's ``indexes``:
+    ``[{"datasource", "path"}]``, paths relative to the workspace. Raises ``OSError`` or
+    ``sqlite3.Error`` when a file cannot be written."""
+    folder = ("knowledge",)
+    present = set(host_files(workspace, folder))
+    indexes = []
+    for source in knowledge.sources:
+        if source.file_name not in present:
+            with tempfile.TemporaryDirectory(prefix="paw-index-") as scratch:
+                built = Path(scratch) / source.file_name
+                knowledge_index_write(
+                    source=source, path=built, vector_model=knowledge.vector_model
+                )
+                host_file_put(workspace, folder, source.file_name, built)
+            for old in present:
+                if old.startswith(f"{source.slug}.v") and old.endswith(".sqlite3"):
+                    host_file_remove(workspace, folder, old)
+        indexes.append(
+            {"datasource": source.slug, "path": f"{KNOWLEDGE_FOLDER}/{source.file_name}"}
+        )
+    return indexes
 
 
-def node_queue(node: str) -> str:
-    """The Celery queue only ``node`` consumes."""
-    return f"sandbox.{node}"
-
-
-def run_enqueue(*, run_id: uuid.UUID) -> None:
-    """Hand a queued run to the node that owns its conversation's live sandbox (so the
-    agent keeps its memory), else to the shared ``runs`` queue."""
-    from sandboxes.tasks import run_execute
-
-    conversation_id = (
-        Run.objects.filter(id=run_id).values_list("conversation_id", flat=True).first()
-    )
-    if conversation_id is None:
-        return
-    node = owner_node(conversation_id)
-    run_execute.apply_async(args=[str(run_id)], queue=node_queue(node) if node else "runs")
-
-
-def run_cancel_dispatch(*, run_id: uuid.UUID) -> None:
-    """Route a cancel to the node running the run (or end the run here if none has it)."""
-    from sandboxes.tasks import run_cancel_op
-
-    node = Run.objects.filter(id=run_id).values_list("node", flat=True).first()
-    if node:
-        run_cancel_op.apply_async(args=[str(run_id)], queue=node_queue(node))
-
-
-def approval_answer_dispatch(*, approval_id: uuid.UUID) -> None:
-    """Route a decided approval to the node running its run, which writes the answer."""
-    from sandboxes.tasks import approval_answer
-
-    node = Approval.objects.filter(id=approval_id).values_list("run__node", flat=True).first()
-    if node:
-        approval_answer.apply_async(args=[str(approval_id)], queue=node_queue(node))
-
-
-def sandbox_stop_for_conversation(*, conversation_id: uuid.UUID, node: str | None = None) -> None:
-    """Ask the node owning the conversation's sandbox to shut it down (and to remove the
-    workspace if the conversation is gone). No-op when no live sandbox exists. With
-    ``node``, that node is asked whatever the rows say (one whose row was closed as stale:
-    the owner of the conversation's live row is then another node, which must be left be)."""
-    from sandboxes.tasks import sandbox_stop
-
-    nodes = {node} if node else _live_sandbox_nodes(conversation_id)
-    for owner in nodes:
-        sandbox_stop.apply_async(args=[str(conversation_id)], queue=node_queue(owner))
-
-
-def _live_sandbox_nodes(conversation_id: uuid.UUID) -> set[str]:
-    """The nodes holding a live sandbox row of the conversation."""
-    return set(
-        Sandbox.objects.filter(
-            conversation_id=conversation_id, state__in=Sandbox.LIVE_STATES
-        ).values_list("node", flat=True)
-    )
-
-
-# --- on the owning node -------------------------------------------------------------------
-
-
-def run_dispatch(*, run_id: uuid.UUID) -> None:
+def run_execute(*, run_id: uuid.UUID) -> None:
     """Claim a queued run on this node, make sure its sandbox is up, and submit it.
 
     Idempotent: a run that is no longer queued is left alone. Failures end the run
@@ -180,10 +176,16 @@ def run_dispatch(*, run_id: uuid.UUID) -> None:
         spec = sandbox_spec_for(run)
         with node.pool.conversation_lock(run.conversation_id):
             sandbox = _sandbox_for(node, run, spec)
-            sandbox.submit(run_id=run.id, prompt=run.prompt)
+            sandbox.submit(
+                run_id=run.id,
+                user_id=run.user_id,
+                prompt=run.prompt,
+                queued_at=run.created_at.timestamp(),
+                **run_submit_options(run, sandbox, vision=spec.vision),
+            )
             # A cancel that arrived after the claim: its op found no run in the sandbox yet.
-            if Run.objects.filter(id=run.id, cancel_requested=True).exists():
-                sandbox.send("cancel", run_id=str(run.id))
+            if run_selectors.run_cancel_requested(run_id=run.id) and sandbox.active is not None:
+                sandbox.active.cancel()
     except SandboxError as exc:
         run_services.run_fail(run_id=run.id, code=exc.code, message=str(exc))
     except DomainError as exc:  # the provider or a datasource became unusable meanwhile
@@ -197,11 +199,11 @@ def run_dispatch(*, run_id: uuid.UUID) -> None:
         )
 
 
-def _sandbox_for(node: Node, run: Run, spec: SandboxSpec) -> SandboxProcess:
+def _sandbox_for(node: Node, run: Any, spec: SandboxSpec) -> SandboxProcess:
     """The conversation's live sandbox on this node, replaced when the run needs another
     provider, model or environment; spawned when there is none."""
     sandbox = node.pool.get(run.conversation_id)
-    if sandbox is not None and sandbox.current_run is not None:
+    if sandbox is not None and sandbox.active is not None:
         raise SandboxError("the agent is still busy with the previous run", code="sandbox_busy")
     if sandbox is not None and sandbox.fingerprint != spec.fingerprint:
         logger.info(
@@ -210,6 +212,8 @@ def _sandbox_for(node: Node, run: Run, spec: SandboxSpec) -> SandboxProcess:
         sandbox.stop()
         node.pool.discard(sandbox)
         sandbox = None
+    if sandbox is not None and run.replaces_id is not None:
+        sandbox = _memory_reseed(node, sandbox, run_id=run.id)
     if sandbox is None:
         sandbox = sandbox_spawn(node, spec, exclude_run=run.id)
     return sandbox
@@ -226,6 +230,7 @@ def _make_room(node: Node) -> None:
             )
         victim = idle[0]
         logger.info("evicting idle sandbox %s (least recently used)", victim.sandbox_id)
+        metrics.sandbox_evicted(node=node.name)
         victim.stop()
         node.pool.discard(victim)
 
@@ -254,7 +259,7 @@ def sandbox_spawn(
             if row.node != node.name:
                 # Only that node: the live row is ours now, and our new sandbox must stay.
                 transaction.on_commit(
-                    lambda stale_node=row.node: sandbox_stop_for_conversation(
+                    lambda stale_node=row.node: sandbox_stop_enqueue(
                         conversation_id=conversation_id, node=stale_node
                     )
                 )
@@ -265,13 +270,19 @@ def sandbox_spawn(
             provider=spec.provider,
             model=spec.model,
         )
-    sandbox = SandboxProcess(sandbox_id=row.id, spec=spec, sink=node.pipeline.submit)
+    sandbox = SandboxProcess(
+        sandbox_id=row.id,
+        spec=spec,
+        sink=node.pipeline.submit,
+        on_network_refused=network_refusal_notice,
+    )
     try:
         sandbox.start()
         node.pool.add(sandbox)
         started = time.monotonic()
         sandbox.wait_ready(ready_timeout())
     except (SandboxError, OSError, RuntimeError) as exc:
+        metrics.sandbox_spawned(node=node.name, ok=False)
         sandbox.kill()
         node.pool.discard(sandbox)
         Sandbox.objects.filter(id=row.id).update(
@@ -284,6 +295,7 @@ def sandbox_spawn(
         raise SandboxError(
             f"the agent runtime could not be started: {exc}", code="sandbox_start"
         ) from exc
+    metrics.sandbox_spawned(node=node.name, ok=True)
     Sandbox.objects.filter(id=row.id).update(
         pid=sandbox.pid,
         state=Sandbox.State.READY,
@@ -301,27 +313,55 @@ def sandbox_spawn(
     return sandbox
 
 
-def conversation_turns(
-    *, conversation_id: uuid.UUID, exclude_run: uuid.UUID | None = None
-) -> list[dict[str, str]]:
-    """The conversation's last ``PAW_HISTORY_TURNS`` finished turns since its memory was
-    last reset, oldest first: ``[{"prompt": str, "answer": str}]``."""
-    conversation = Conversation.objects.only("memory_since").get(id=conversation_id)
-    runs = Run.objects.filter(conversation_id=conversation_id, status=Run.Status.DONE).exclude(
-        answer=""
+def _memory_reseed(
+    node: Node, sandbox: SandboxProcess, *, run_id: uuid.UUID
+) -> SandboxProcess | None:
+    """Before a run that replaces the last turn (an edit or a regenerate): make the live
+    sandbox's memory the conversation's turns without the replaced ones. A runtime with
+    capability ``history`` is given them again (``history`` replaces its memory; the
+    kernel and its variables stay); one without is stopped (returns ``None``), and the
+    sandbox spawned for the run is seeded as after any restart."""
+    if "history" in sandbox.capabilities:
+        turns = run_selectors.conversation_turns(
+            conversation_id=sandbox.conversation_id, limit=memory_exchanges(), exclude_run=run_id
+        )
+        sandbox.send("history", turns=turns)  # also [], which empties the memory
+        return sandbox
+    logger.info(
+        "sandbox %s: its runtime cannot replace its memory; restarting it", sandbox.sandbox_id
     )
-    if exclude_run is not None:
-        runs = runs.exclude(id=exclude_run)
-    if conversation.memory_since is not None:
-        runs = runs.filter(created_at__gte=conversation.memory_since)
-    turns = list(
-        runs.order_by("-created_at").values("prompt", "answer")[: settings.PAW_HISTORY_TURNS]
+    sandbox.stop()
+    node.pool.discard(sandbox)
+    return None
+
+
+def network_refusal_notice(sandbox: SandboxProcess, destination: str, reason: str) -> None:
+    """Tell the person, once per run, that the sandbox's code tried a destination its run
+    may not reach (``notice`` ``network_refused``; the node log has every refusal).
+    Called from a helper thread of the node's network forwarder."""
+    run = sandbox.active or sandbox.last_run
+    run_id = run.run_id if run is not None else None
+    if run_id in sandbox.network_noticed:
+        return
+    sandbox.network_noticed.add(run_id)
+    event_services.notice_append(
+        conversation_id=sandbox.conversation_id,
+        run_id=run_id,
+        code="network_refused",
+        message=(
+            f"The sandbox tried to reach {destination}, which is not allowed for this run "
+            f"({reason}). A sandbox reaches only its model endpoint, its datasources and "
+            "the hosts the operator allowed (PAW_SANDBOX_ALLOWED_HOSTS)."
+        ),
     )
-    return [{"prompt": t["prompt"], "answer": t["answer"]} for t in reversed(turns)]
 
 
 def _seed_history(sandbox: SandboxProcess, *, exclude_run: uuid.UUID | None) -> None:
-    turns = conversation_turns(conversation_id=sandbox.conversation_id, exclude_run=exclude_run)
+    turns = run_selectors.conversation_turns(
+        conversation_id=sandbox.conversation_id,
+        limit=memory_exchanges(),
+        exclude_run=exclude_run,
+    )
     if not turns:
         return
     if "history" in sandbox.capabilities:
@@ -339,47 +379,46 @@ def run_cancel_deliver(*, run_id: uuid.UUID) -> None:
     """On the owning node: write ``cancel`` for a run that is executing here. A run whose
     sandbox is gone is ended ``cancelled`` directly."""
     node = current_node()
-    run = Run.objects.filter(id=run_id).first()
+    run = run_selectors.run_for_node(run_id=run_id)
     if run is None or not run.is_active:
         return
     sandbox = node.pool.get(run.conversation_id)
-    if sandbox is not None and sandbox.current_run == run.id:
-        try:
-            sandbox.send("cancel", run_id=str(run.id))
-            return
-        except SandboxError:
-            pass
-    if run.status == Run.Status.RUNNING or sandbox is None:
-        usage = sandbox.run_usage.pop(run.id, None) if sandbox is not None else None
-        run_services.run_finish(run_id=run.id, status=Run.Status.CANCELLED, usage=usage)
+    active = sandbox.active if sandbox is not None else None
+    if active is not None and active.run_id == run.id:
+        active.cancel()  # written again by the monitor until the run ends
+        return
+    if run.status == run.Status.RUNNING or sandbox is None:
+        known = sandbox.run_of(run.id) if sandbox is not None else None
+        run_services.run_finish(
+            run_id=run.id, status=run.Status.CANCELLED, usage=known.usage if known else None
+        )
     # A run still being dispatched sees cancel_requested itself.
 
 
 def approval_answer_deliver(*, approval_id: uuid.UUID) -> None:
     """On the owning node: write the ``answer`` op for a decided approval."""
-    approval = Approval.objects.filter(id=approval_id).first()
-    if approval is None or approval.status == Approval.Status.PENDING:
+    approval = run_selectors.approval_for_node(approval_id=approval_id)
+    if approval is None or approval.status == approval.Status.PENDING:
         return
-    if not deliver_answer(current_node(), approval):
+    if not current_node().answer_deliver(approval):
         logger.info("approval %s: its run is no longer in a sandbox here", approval_id)
 
 
-def sandbox_stop_local(*, conversation_id: uuid.UUID) -> None:
+def sandbox_stop_deliver(*, conversation_id: uuid.UUID) -> None:
     """On the owning node: shut the conversation's sandbox down; remove the workspace when
     the conversation no longer exists (deleted while its sandbox ran)."""
     node = current_node()
     with node.pool.conversation_lock(conversation_id):
         sandbox = node.pool.get(conversation_id)
         if sandbox is not None:
-            if sandbox.current_run is not None:
-                sandbox.forced_outcome[sandbox.current_run] = (
-                    "sandbox_stopped",
-                    "the sandbox was stopped",
+            if sandbox.active is not None:
+                sandbox.active.mark_forced(
+                    code="sandbox_stopped", message="the sandbox was stopped"
                 )
             sandbox.stop()
             node.pool.discard(sandbox)
-    if not Conversation.objects.filter(id=conversation_id).exists():
-        shutil.rmtree(workspace_path(conversation_id), ignore_errors=True)
+    if not run_selectors.conversation_exists(conversation_id=conversation_id):
+        workspace_remove(conversation_id)
 
 
 # --- reaping (Celery beat) -------------------------------------------------------------------
@@ -390,27 +429,17 @@ def nodes_reap() -> dict[str, int]:
 
     A node without a heartbeat for ``PAW_NODE_DEAD_SECONDS`` is lost: its live sandboxes
     become ``dead``, its active runs end ``error`` ("worker lost") and their pending
-    approvals are cancelled. Runs queued for over a minute are enqueued again (dispatch
+    approvals are cancelled. Runs queued for over a minute are enqueued again (execution
     is idempotent), which recovers tasks an in-memory broker lost on a restart.
     Returns counts: ``{"nodes", "sandboxes", "runs", "requeued"}``.
     """
-    cutoff = timezone.now() - timedelta(seconds=settings.PAW_NODE_DEAD_SECONDS)
-    lost = list(
-        WorkerNode.objects.filter(heartbeat_at__lt=cutoff, stopped_at__isnull=True).values_list(
-            "name", flat=True
-        )
-    )
-    stopped = list(
-        WorkerNode.objects.filter(stopped_at__isnull=False).values_list("name", flat=True)
-    )
-    gone = lost + stopped
+    lost = lost_node_names(silent_for_seconds=settings.PAW_NODE_DEAD_SECONDS)
+    gone = lost + stopped_node_names()
     sandboxes = Sandbox.objects.filter(node__in=gone, state__in=Sandbox.LIVE_STATES).update(
         state=Sandbox.State.DEAD, stopped_at=timezone.now()
     )
     runs = 0
-    for run_id in Run.objects.filter(
-        node__in=gone, status__in=(Run.Status.STARTING, Run.Status.RUNNING)
-    ).values_list("id", flat=True):
+    for run_id in run_selectors.run_ids_active_on_nodes(nodes=gone):
         if run_services.run_fail(
             run_id=run_id,
             code="worker_lost",
@@ -425,16 +454,12 @@ def nodes_reap() -> dict[str, int]:
 
 def runs_requeue(*, older_than_seconds: float) -> int:
     """Enqueue again every run still ``queued`` after ``older_than_seconds`` (its task may
-    be lost: dispatch is idempotent, so a duplicate does no harm). Returns how many.
+    be lost: execution is idempotent, so a duplicate does no harm). Returns how many.
 
     The reaper uses a minute; an embedded PAW starting up uses 0, because its in-memory
     broker lost every task of the process before it."""
     cutoff = timezone.now() - timedelta(seconds=older_than_seconds)
-    run_ids = list(
-        Run.objects.filter(status=Run.Status.QUEUED, created_at__lte=cutoff).values_list(
-            "id", flat=True
-        )
-    )
-    for run_id in run_ids:
-        run_enqueue(run_id=run_id)
-    return len(run_ids)
+    queued = run_selectors.runs_queued_before(cutoff=cutoff)
+    for run_id, conversation_id in queued:
+        run_execute_enqueue(run_id=run_id, conversation_id=conversation_id)
+    return len(queued)

@@ -1,5 +1,7 @@
-"""Admin for secrets (values write-only, never shown), datasources (with a "Test
-connection" action) and custom providers. Each save goes through a service."""
+"""Admin for secrets (values write-only, never shown), datasources (with "Test
+connection" and "Refresh schema" actions, and their knowledge inline: the harvested schema
+read-only, docs and examples editable, an example's SQL checked when saved) and custom
+providers. Each save goes through a service."""
 
 from __future__ import annotations
 
@@ -13,11 +15,19 @@ from django.http import HttpRequest, HttpResponse
 from django.utils.decorators import method_decorator
 from django.views.decorators.debug import sensitive_post_parameters
 
-from secrets_vault.models import CustomProvider, Datasource, Secret
+from paw_project.adminkit import ADD_FORM_HIDDEN_FIELDS, PawModelAdmin
+from paw_project.errors import DomainError
+from secrets_vault.models import CustomProvider, Datasource, KnowledgeEntry, Secret
 from secrets_vault.services import (
     custom_provider_save,
+    datasource_paw_database_check,
     datasource_save,
+    datasource_schema_refresh_request,
     datasource_test,
+    knowledge_entry_create,
+    knowledge_entry_delete,
+    knowledge_entry_update,
+    knowledge_entry_validate,
     secret_save,
 )
 from secrets_vault.services.secrets import SECRET_VALUE_MAX_LENGTH
@@ -51,7 +61,7 @@ class SecretAdminForm(forms.ModelForm):
 
 
 @admin.register(Secret)
-class SecretAdmin(admin.ModelAdmin):
+class SecretAdmin(PawModelAdmin):
     form = SecretAdminForm
     list_display = ("name", "scope", "owner", "description", "updated_at", "last_used_at")
     list_filter = ("scope",)
@@ -82,12 +92,128 @@ class SecretAdmin(admin.ModelAdmin):
         secret_save(secret=obj, value=form.cleaned_data.get("new_value") or None)
 
 
+class KnowledgeEntryForm(forms.ModelForm):
+    """A doc or an example; ``clean`` applies the service's rules (an example's SQL is
+    run read-only against the datasource, for the operator saving it)."""
+
+    user: Any = None  # set per request by KnowledgeEntryInline.get_formset
+
+    class Meta:
+        model = KnowledgeEntry
+        fields = ("kind", "title", "text", "sql")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["kind"].choices = [
+            (value, label)
+            for value, label in KnowledgeEntry.Kind.choices
+            if value != KnowledgeEntry.Kind.SCHEMA
+        ]
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if self.errors or not self.has_changed() or data.get("DELETE"):
+            return data
+        kind = data.get("kind") or ""
+        sql = "" if kind == KnowledgeEntry.Kind.DOC else data.get("sql") or ""
+        try:
+            knowledge_entry_validate(
+                datasource=self.instance.datasource,
+                kind=kind,
+                title=data.get("title") or "",
+                text=data.get("text") or "",
+                sql=sql,
+                user=self.user,
+                # A kept SQL was checked when it was saved; a changed one runs again.
+                run_sql=self.instance.pk is None or sql != self.instance.sql,
+            )
+        except DomainError as error:
+            raise forms.ValidationError(error.detail) from None
+        return data
+
+
+class KnowledgeEntryInline(admin.StackedInline):
+    """The datasource's docs and examples."""
+
+    model = KnowledgeEntry
+    form = KnowledgeEntryForm
+    extra = 0
+    verbose_name = "doc or example"
+    verbose_name_plural = "Knowledge: docs and examples"
+    fields = ("kind", "title", "text", "sql", "updated_at")
+    readonly_fields = ("updated_at",)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[KnowledgeEntry]:
+        return (
+            super().get_queryset(request).exclude(kind=KnowledgeEntry.Kind.SCHEMA).defer("vector")
+        )
+
+    def get_formset(self, request: HttpRequest, obj: Any = None, **kwargs: Any) -> Any:
+        formset = super().get_formset(request, obj, **kwargs)
+        formset.form = type("KnowledgeEntryRequestForm", (formset.form,), {"user": request.user})
+        return formset
+
+
+class SchemaEntryInline(admin.TabularInline):
+    """The harvested schema, one row per table (read-only: "Refresh schema" replaces it)."""
+
+    model = KnowledgeEntry
+    extra = 0
+    max_num = 0
+    can_delete = False
+    verbose_name = "table"
+    verbose_name_plural = "Knowledge: schema (harvested; use the Refresh schema action)"
+    fields = ("title", "text", "updated_at")
+    readonly_fields = fields
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[KnowledgeEntry]:
+        return super().get_queryset(request).filter(kind=KnowledgeEntry.Kind.SCHEMA).defer("vector")
+
+
+class DatasourceAdminForm(forms.ModelForm):
+    """The datasource's fields, refused when the connection reaches PAW's own database
+    (``services.datasource_paw_database_check``)."""
+
+    class Meta:
+        model = Datasource
+        fields = (
+            "slug", "name", "description", "dialect", "connection", "read_only", "enabled",
+            "allowed_hosts",
+        )  # fmt: skip
+
+    def _post_clean(self) -> None:
+        super()._post_clean()
+        if self.errors:
+            return
+        try:
+            datasource_paw_database_check(datasource=self.instance)
+        except DomainError as error:
+            self.add_error("connection", error.detail)
+
+
 @admin.register(Datasource)
-class DatasourceAdmin(admin.ModelAdmin):
-    list_display = ("slug", "name", "dialect", "read_only", "enabled", "updated_at")
+class DatasourceAdmin(PawModelAdmin):
+    form = DatasourceAdminForm
+    add_form_hidden_fields = ADD_FORM_HIDDEN_FIELDS | {"env_name"}
+    list_display = (
+        "slug",
+        "name",
+        "dialect",
+        "read_only",
+        "enabled",
+        "schema_refreshed_at",
+        "updated_at",
+    )
     list_filter = ("dialect", "enabled", "read_only")
     search_fields = ("slug", "name", "description")
-    readonly_fields = ("env_name", "created_at", "updated_at")
+    readonly_fields = (
+        "env_name",
+        "schema_requested_at",
+        "schema_refreshed_at",
+        "schema_error",
+        "created_at",
+        "updated_at",
+    )
     fields = (
         "slug",
         "name",
@@ -96,11 +222,11 @@ class DatasourceAdmin(admin.ModelAdmin):
         "connection",
         "read_only",
         "enabled",
-        "env_name",
-        "created_at",
-        "updated_at",
+        "allowed_hosts",
+        *readonly_fields,
     )
-    actions = ("test_connection",)
+    inlines = (KnowledgeEntryInline, SchemaEntryInline)
+    actions = ("test_connection", "refresh_schema")
 
     @admin.display(description="Sandbox variable")
     def env_name(self, obj: Datasource) -> str:
@@ -108,6 +234,44 @@ class DatasourceAdmin(admin.ModelAdmin):
 
     def save_model(self, request: HttpRequest, obj: Datasource, form: Any, change: bool) -> None:
         datasource_save(datasource=obj)
+
+    def get_inlines(self, request: HttpRequest, obj: Datasource | None) -> Any:
+        # Knowledge belongs to a saved datasource: an example is checked against it.
+        return self.inlines if obj is not None and obj.pk else ()
+
+    def save_formset(self, request: HttpRequest, form: Any, formset: Any, change: bool) -> None:
+        """Knowledge rows through the services (checked by the form already)."""
+        if formset.model is not KnowledgeEntry:
+            return super().save_formset(request, form, formset, change)
+        # What formset.save() would note, for the admin's change message.
+        formset.new_objects, formset.changed_objects, formset.deleted_objects = [], [], []
+        for entry_form in formset.initial_forms:
+            if entry_form in formset.deleted_forms:
+                knowledge_entry_delete(entry=entry_form.instance)
+                formset.deleted_objects.append(entry_form.instance)
+        for entry_form in formset.forms:
+            if entry_form in formset.deleted_forms or not entry_form.has_changed():
+                continue
+            data = entry_form.cleaned_data
+            values = {
+                "title": data["title"],
+                "text": data.get("text") or "",
+                "sql": "" if data["kind"] == KnowledgeEntry.Kind.DOC else data.get("sql") or "",
+            }
+            if entry_form.instance.pk is None:
+                created = knowledge_entry_create(
+                    datasource=form.instance,
+                    kind=data["kind"],
+                    user=request.user,
+                    checked=True,
+                    **values,
+                )
+                formset.new_objects.append(created)
+            else:
+                entry = KnowledgeEntry.objects.get(pk=entry_form.instance.pk)
+                knowledge_entry_update(entry=entry, user=request.user, checked=True, **values)
+                formset.changed_objects.append((entry, entry_form.changed_data))
+        return None
 
     @admin.action(description="Test connection")
     def test_connection(self, request: HttpRequest, queryset: QuerySet[Datasource]) -> None:
@@ -120,12 +284,57 @@ class DatasourceAdmin(admin.ModelAdmin):
                 request, f"Test connection of {datasource.slug}: {result.message}", level
             )
 
+    @admin.action(description="Refresh schema")
+    def refresh_schema(self, request: HttpRequest, queryset: QuerySet[Datasource]) -> None:
+        """Have a worker harvest each selected datasource's live schema (placeholders
+        resolved there, for the operator) into its schema entries."""
+        for datasource in queryset:
+            datasource_schema_refresh_request(datasource=datasource, user=request.user)
+            self.message_user(
+                request,
+                f"Schema refresh of {datasource.slug} queued: its tables appear here when the "
+                "worker is done (a failure is shown as the schema error).",
+                messages.SUCCESS,
+            )
+
+
+@admin.register(KnowledgeEntry)
+class KnowledgeEntryAdmin(PawModelAdmin):
+    """Every entry of every datasource, to search through (edit them on the datasource)."""
+
+    list_display = ("title", "kind", "datasource", "updated_at")
+    list_filter = ("kind", "datasource")
+    search_fields = ("title", "text", "sql")
+    list_select_related = ("datasource",)
+    fields = (
+        "datasource",
+        "kind",
+        "title",
+        "text",
+        "sql",
+        "vector_model",
+        "created_at",
+        "updated_at",
+    )
+    readonly_fields = fields
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[KnowledgeEntry]:
+        return super().get_queryset(request).defer("vector")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
 
 @admin.register(CustomProvider)
-class CustomProviderAdmin(admin.ModelAdmin):
-    list_display = ("name", "label", "base_url", "key_secret_name", "default_model", "enabled")
+class CustomProviderAdmin(PawModelAdmin):
+    list_display = (
+        "name", "label", "base_url", "key_secret_name", "default_model", "vision", "enabled"
+    )  # fmt: skip
     formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
-    list_filter = ("enabled",)
+    list_filter = ("enabled", "vision")
     search_fields = ("name", "label", "base_url")
 
     def save_model(

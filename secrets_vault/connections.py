@@ -11,20 +11,34 @@ URL forms (what ``PAW_DATASOURCE_<SLUG>_URL`` holds, placeholders already resolv
   Path and query make an SQLite URI filename:
   ``sqlite3.connect("file:" + path + "?" + query, uri=True)``; ``mode=ro`` when read-only.
 
-User names, passwords and database names are percent-encoded (RFC 3986).
+User names, passwords, database names and option values are percent-encoded (RFC 3986);
+the host is a host name or an IP literal only (checked by :func:`connection_resolved_check`
+once placeholders are resolved), so no resolved value can add a URL part (a second host,
+a port, a path, a query parameter).
+
+A datasource may never be PAW's own database (:func:`connection_is_paw_database`): any
+user of it could read every session key and password hash.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
+import os
+import re
+import socket
 import sqlite3
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 
+from paw_agent.sqlcheck import is_read_only
 from secrets_vault.placeholders import PLACEHOLDER, placeholder_whole
 
 #: Seconds to wait for a database to answer a connection test.
@@ -32,11 +46,74 @@ CONNECT_TIMEOUT = 5
 
 _SERVER_KEYS = ("host", "port", "database", "user", "password", "options")
 _SQLITE_KEYS = ("database", "options")
+#: A host name (RFC 1123 labels; ``_`` tolerated) — no port, comma, slash or bracket.
+_HOSTNAME = re.compile(
+    r"^(?=.{1,253}$)[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,62})(?:\.[A-Za-z0-9_][A-Za-z0-9_-]{0,62})*\.?$"
+)
+_OPTION_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+#: Option names that would say where to connect (or as whom) behind the fields' back:
+#: libpq takes any connection parameter from the URL's query.
+_CONNECTION_OPTION_KEYS = frozenset(
+    {"host", "hostaddr", "port", "dbname", "database", "user", "service", "servicefile",
+     "passfile", "unix_socket", "read_default_file", "bind_address"}
+)  # fmt: skip
+
+
+def _is_secret_key(key: str) -> bool:
+    """Whether a connection field holds a secret by nature (the password, an option whose
+    name says password, key or secret): only these may resolve the user's own secret."""
+    lowered = key.lower()
+    return _is_password_key(key) or lowered in ("sslpassword",) or "secret" in lowered
+
+
+def connection_is_secret_field(path: tuple[str, ...]) -> bool:
+    """Whether the connection field at ``path`` (``("password",)``,
+    ``("options", "sslpassword")``) holds a secret by nature: only those resolve the
+    requesting user's own secret first; every other field (host, port, database, user,
+    options) resolves only the operator's global secrets."""
+    if path == ("password",):
+        return True
+    return len(path) == 2 and path[0] == "options" and _is_secret_key(path[1])
 
 
 def _is_password_key(key: str) -> bool:
     lowered = key.lower()
     return "password" in lowered or "passwd" in lowered
+
+
+#: At most this many allowed-host entries per datasource.
+MAX_ALLOWED_HOSTS = 20
+_HOST_PATTERN = re.compile(
+    r"^(\*\.)?[a-z0-9]([a-z0-9-]{0,62})(\.[a-z0-9]([a-z0-9-]{0,62}))*\.?(:[0-9]{1,5})?$"
+)
+
+
+def allowed_hosts_validate(entries: Any) -> None:
+    """Check a datasource's ``allowed_hosts``: a list of at most
+    :data:`MAX_ALLOWED_HOSTS` strings, each ``host``, ``host:port`` or
+    ``*.domain[:port]`` (a DNS name or an IPv4 address, case ignored; a port 1-65535), the
+    forms of ``PAW_SANDBOX_ALLOWED_HOSTS``. Raises Django's ``ValidationError`` (field
+    ``allowed_hosts``, code ``invalid_allowed_hosts``) naming the first bad entry."""
+    if not isinstance(entries, list) or len(entries) > MAX_ALLOWED_HOSTS:
+        raise ValidationError(
+            {"allowed_hosts": f"A list of at most {MAX_ALLOWED_HOSTS} strings."},
+            code="invalid_allowed_hosts",
+        )
+    for entry in entries:
+        text = entry.strip().lower() if isinstance(entry, str) else ""
+        port = text.rpartition(":")[2] if ":" in text else ""
+        if (
+            not _HOST_PATTERN.match(text)
+            or len(text) > 260
+            or (port and not 1 <= int(port) <= 65535)
+        ):
+            raise ValidationError(
+                {
+                    "allowed_hosts": f"{str(entry)[:80]!r} is not host, host:port or "
+                    "*.domain[:port]."
+                },
+                code="invalid_allowed_hosts",
+            )
 
 
 def connection_validate(*, dialect: str, connection: Any) -> None:
@@ -64,6 +141,14 @@ def connection_validate(*, dialect: str, connection: Any) -> None:
         isinstance(value, str | int | float | bool) for value in options.values()
     ):
         refuse('"options" must be an object of plain values, e.g. {"sslmode": "require"}.')
+    for key in options:
+        if not _OPTION_KEY.match(str(key)):
+            refuse(f"Option name {key!r} is not a plain parameter name.")
+        if key.lower() in _CONNECTION_OPTION_KEYS:
+            refuse(
+                f'Option "{key}" is not accepted: where to connect and as whom are the '
+                '"host", "port", "database" and "user" fields.'
+            )
     passwords = [("password", connection["password"])] if "password" in connection else []
     passwords += [(f"options.{k}", v) for k, v in options.items() if _is_password_key(k)]
     for key, value in passwords:
@@ -79,6 +164,11 @@ def connection_validate(*, dialect: str, connection: Any) -> None:
     for key in ("host", "user", "database"):
         if key in connection and not isinstance(connection[key], str):
             refuse(f'"{key}" must be a string.')
+    host = connection.get("host")
+    if host and not PLACEHOLDER.search(host) and host_literal(host) is None:
+        refuse(
+            f'"host" must be a host name or an IP address (no port, comma or slash), not {host!r}.'
+        )
     if dialect == "sqlite":
         database = connection.get("database", "")
         if not database:
@@ -89,6 +179,8 @@ def connection_validate(*, dialect: str, connection: Any) -> None:
     if not connection.get("database"):
         refuse('"database" is required (the database name on the server).')
     port = connection.get("port")
+    if isinstance(port, str) and PLACEHOLDER.search(port):
+        return  # checked once resolved (connection_resolved_check)
     if port not in (None, ""):
         try:
             number = int(port)
@@ -98,9 +190,167 @@ def connection_validate(*, dialect: str, connection: Any) -> None:
             refuse(f'"port" must be a number from 1 to 65535, not {port!r}.')
 
 
+def host_literal(host: str) -> str | None:
+    """``host`` as it goes in a URL: a host name as is, an IP address (IPv6 in brackets,
+    given with or without them); None when it is neither (a port, a comma-separated host
+    list, a path, anything else a URL would read as more than one host)."""
+    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    with contextlib.suppress(ValueError):
+        address = ipaddress.ip_address(bare)
+        return f"[{address.compressed}]" if address.version == 6 else address.compressed
+    if bare is host and _HOSTNAME.match(host):
+        return host
+    return None
+
+
+def connection_resolved_check(*, dialect: str, connection: dict[str, Any]) -> None:
+    """Check *resolved* connection settings (placeholders substituted) before they make a
+    URL or a connection: ``host`` a host name or IP literal only, ``port`` an integer from
+    1 to 65535, ``database``/``user``/option values text without NUL characters, option
+    names plain and never a connection parameter (``host``, ``port``, ``dbname``...).
+
+    Raises ``ValueError`` with a message naming the field (never its value: it may come
+    from a secret).
+    """
+    for key in ("host", "database", "user", "password"):
+        value = connection.get(key)
+        if value is not None and (not isinstance(value, str | int) or "\x00" in str(value)):
+            raise ValueError(f'"{key}" must be text without NUL characters.')
+    if dialect != "sqlite":
+        host = connection.get("host")
+        if host not in (None, "") and host_literal(str(host)) is None:
+            raise ValueError(
+                '"host" must be a host name or an IP address once its placeholders are '
+                "resolved (no port, comma, slash or list of hosts)."
+            )
+        port = connection.get("port")
+        if port not in (None, ""):
+            text = str(port)
+            if not text.isdigit() or not 0 < int(text) < 65536:
+                raise ValueError('"port" must be a number from 1 to 65535 once resolved.')
+    options = connection.get("options") or {}
+    if not isinstance(options, dict):
+        raise ValueError('"options" must be an object.')
+    for key, value in options.items():
+        if not _OPTION_KEY.match(str(key)) or str(key).lower() in _CONNECTION_OPTION_KEYS:
+            raise ValueError(f"option {key!r} is not accepted.")
+        if "\x00" in str(value):
+            raise ValueError(f'option "{key}" must be text without NUL characters.')
+
+
+_LOCAL_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost", ""}
+
+
+def _host_addresses(host: str) -> set[str]:
+    """The addresses ``host`` names, with every address of this machine (loopback, the
+    unspecified address, its own name's addresses, or a Unix socket: an empty host or a
+    path) as the one word ``"local"``."""
+    host = (host or "").strip().lower()
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if host in _LOCAL_NAMES or host.startswith("/"):
+        return {"local"}
+    addresses: set[str] = set()
+    with contextlib.suppress(OSError, UnicodeError):
+        for info in socket.getaddrinfo(host, None):
+            addresses.add(str(info[4][0]).split("%", 1)[0])
+    if not addresses:
+        addresses.add(host)
+    own: set[str] = set()
+    with contextlib.suppress(OSError, UnicodeError):
+        own = set(socket.gethostbyname_ex(socket.gethostname())[2])
+    found = set()
+    for address in addresses:
+        try:
+            parsed = ipaddress.ip_address(address)
+        except ValueError:
+            found.add(address)
+            continue
+        if parsed.version == 6 and parsed.ipv4_mapped is not None:
+            parsed = parsed.ipv4_mapped  # ::ffff:127.0.0.1 is 127.0.0.1
+        if parsed.is_loopback or parsed.is_unspecified or parsed.compressed in own:
+            found.add("local")
+        else:
+            found.add(parsed.compressed)
+    return found
+
+
+def _paw_sqlite_forbidden(path: str) -> bool:
+    """Whether an SQLite path is PAW's own database file (or its journal), or any file
+    under ``PAW_VAR_DIR`` (but the offline demo's own folder, ``DEMO_DATA_DIR``) or the
+    workspace root (each compared by real path)."""
+    real = os.path.realpath(path)
+
+    def under(folder: Any) -> bool:
+        root = os.path.realpath(str(folder))
+        return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
+
+    from django.db import connections
+
+    paw = connections["default"].settings_dict
+    if "sqlite" in str(paw.get("ENGINE", "")) and str(paw.get("NAME") or "") not in (
+        "",
+        ":memory:",
+    ):
+        own = os.path.realpath(str(paw["NAME"]))
+        if real in (own, own + "-wal", own + "-shm", own + "-journal"):
+            return True
+    demo = getattr(settings, "DEMO_DATA_DIR", None)
+    if demo and under(demo) and real != os.path.realpath(str(demo)):
+        return False  # the demo's tips file (runpaw makes it there)
+    for folder in (
+        getattr(settings, "VAR_DIR", None),
+        getattr(settings, "PAW_WORKSPACE_ROOT", None),
+    ):
+        if folder and under(folder):
+            return True
+    return False
+
+
+def connection_is_paw_database(*, dialect: str, connection: dict[str, Any]) -> bool:
+    """Whether *resolved* connection settings reach PAW's own database
+    (``settings.DATABASES["default"]``), whose tables hold every session key and password
+    hash: for PostgreSQL / MySQL the same host (``localhost``, ``127.0.0.1``, ``::1``, this
+    machine's own addresses and a Unix socket count as one; names are resolved), port and
+    database name; for SQLite PAW's database file, or any file under ``PAW_VAR_DIR`` or
+    the workspace root (by real path, so links do not help)."""
+    if dialect == "sqlite":
+        database = str(connection.get("database") or "")
+        return bool(database) and _paw_sqlite_forbidden(database)
+    from django.db import connections
+
+    paw = connections["default"].settings_dict
+    engine = str(paw.get("ENGINE", ""))
+    if "sqlite" in engine:
+        return False
+    default_port = 3306 if "mysql" in engine else 5432
+    paw_port = int(paw.get("PORT") or default_port)
+    own_default = 3306 if dialect == "mysql" else 5432
+    port_text = str(connection.get("port") or own_default)
+    if not port_text.isdigit():
+        return False  # not a port: connection_resolved_check refuses it
+    port = int(port_text)
+    # Names compared without case: MySQL's may ignore it, and a false alarm costs nothing.
+    database = str(connection.get("database") or "").casefold()
+    if port != paw_port or database != str(paw.get("NAME") or "").casefold():
+        return False
+    paw_hosts = _host_addresses(str(paw.get("HOST") or ""))
+    return bool(paw_hosts & _host_addresses(str(connection.get("host") or "localhost")))
+
+
+#: The error code of a datasource that reaches PAW's own database.
+PAW_DATABASE_CODE = "datasource_is_paw_database"
+PAW_DATABASE_MESSAGE = (
+    "This connection reaches PAW's own database (its sessions and password hashes): a "
+    "datasource must be another database."
+)
+
+
 def connection_url(*, dialect: str, connection: dict[str, Any], read_only: bool) -> str:
     """The URL of a datasource from its *resolved* connection settings (see the module
-    docstring for the forms). Raises ``ValueError`` for an unknown dialect."""
+    docstring for the forms), checked first with :func:`connection_resolved_check`.
+    Raises ``ValueError`` for an unknown dialect or settings that check refuses."""
+    connection_resolved_check(dialect=dialect, connection=connection)
     options = {key: _option_text(value) for key, value in connection.get("options", {}).items()}
     if dialect == "sqlite":
         if read_only:
@@ -117,9 +367,7 @@ def connection_url(*, dialect: str, connection: dict[str, Any], read_only: bool)
     userinfo = ""
     if user or password:
         userinfo = user + (f":{password}" if password else "") + "@"
-    host = str(connection.get("host") or "localhost")
-    if ":" in host and not host.startswith("["):
-        host = f"[{host}]"
+    host = host_literal(str(connection.get("host") or "localhost")) or "localhost"
     port = f":{int(connection['port'])}" if connection.get("port") not in (None, "") else ""
     database = quote(str(connection.get("database") or ""), safe="")
     query = f"?{urlencode(options, quote_via=quote)}" if options else ""
@@ -156,16 +404,16 @@ def connection_test(
         if dialect == "mysql":
             return _test_mysql(connection, read_only)
         return ConnectionTestResult(False, f"Unknown dialect {dialect!r}.")
+    except ImportError:
+        return ConnectionTestResult(False, "The MySQL driver (PyMySQL) is not installed.")
     except Exception as exc:  # any driver failure is the answer
-        text = " ".join(str(exc).split()) or type(exc).__name__
-        return ConnectionTestResult(False, f"Connection failed: {text}")
+        return ConnectionTestResult(False, f"Connection failed: {driver_message(exc)}")
 
 
 def _test_postgresql(connection: dict[str, Any], read_only: bool) -> ConnectionTestResult:
-    import psycopg
-
-    url = connection_url(dialect="postgresql", connection=connection, read_only=read_only)
-    with psycopg.connect(url, connect_timeout=CONNECT_TIMEOUT, autocommit=True) as conn:
+    with database_connection(
+        dialect="postgresql", connection=connection, read_only=read_only, timeout=CONNECT_TIMEOUT
+    ) as conn:
         version = conn.execute("SHOW server_version").fetchone()[0]
         ro = conn.execute("SHOW default_transaction_read_only").fetchone()[0] == "on"
     mode = "read-only" if ro else "read-write"
@@ -173,13 +421,9 @@ def _test_postgresql(connection: dict[str, Any], read_only: bool) -> ConnectionT
 
 
 def _test_sqlite(connection: dict[str, Any], read_only: bool) -> ConnectionTestResult:
-    path = Path(str(connection.get("database", "")))
-    if not path.is_file():
-        # sqlite3 would create an empty database; a test must not.
-        return ConnectionTestResult(False, f"Connection failed: no such file {path}.")
-    mode = "ro" if read_only else "rw"
-    uri = f"file:{quote(str(path), safe='/')}?mode={mode}"
-    with contextlib.closing(sqlite3.connect(uri, uri=True, timeout=CONNECT_TIMEOUT)) as conn:
+    with database_connection(
+        dialect="sqlite", connection=connection, read_only=read_only, timeout=CONNECT_TIMEOUT
+    ) as conn:
         tables = conn.execute("SELECT count(*) FROM sqlite_master WHERE type = 'table'")
         count = tables.fetchone()[0]
     mode_text = "read-only" if read_only else "read-write"
@@ -189,23 +433,169 @@ def _test_sqlite(connection: dict[str, Any], read_only: bool) -> ConnectionTestR
 
 
 def _test_mysql(connection: dict[str, Any], read_only: bool) -> ConnectionTestResult:
-    try:
-        import pymysql
-    except ImportError:
-        return ConnectionTestResult(False, "The MySQL driver (PyMySQL) is not installed.")
-    conn = pymysql.connect(
-        host=connection.get("host") or "localhost",
-        port=int(connection.get("port") or 3306),
-        user=connection.get("user") or None,
-        password=connection.get("password") or "",
-        database=connection.get("database") or None,
-        connect_timeout=CONNECT_TIMEOUT,
-        read_timeout=CONNECT_TIMEOUT,
-    )
-    with contextlib.closing(conn), conn.cursor() as cursor:
-        if read_only:
-            cursor.execute("SET SESSION TRANSACTION READ ONLY")
+    with (
+        database_connection(
+            dialect="mysql", connection=connection, read_only=read_only, timeout=CONNECT_TIMEOUT
+        ) as conn,
+        conn.cursor() as cursor,
+    ):
         cursor.execute("SELECT VERSION()")
         version = cursor.fetchone()[0]
     mode = "read-only" if read_only else "read-write"
     return ConnectionTestResult(True, f"Connected to MySQL/MariaDB {version} ({mode}).")
+
+
+class ConnectionFailed(Exception):
+    """The database could not be reached or refused a statement; the message is the
+    driver's (the caller masks secret values in it)."""
+
+
+@contextlib.contextmanager
+def database_connection(
+    *, dialect: str, connection: dict[str, Any], read_only: bool, timeout: float
+) -> Iterator[Any]:
+    """An open DB-API connection to the database described by *resolved* ``connection``
+    settings, closed (its transaction rolled back) on exit.
+
+    ``read_only`` makes the database itself refuse writes: PostgreSQL read-only
+    transactions, MySQL/MariaDB ``SET SESSION TRANSACTION READ ONLY``, SQLite
+    ``mode=ro``. ``timeout`` seconds bound connecting and each statement (PostgreSQL
+    ``statement_timeout``, MariaDB ``max_statement_time`` / MySQL ``max_execution_time``,
+    SQLite an interrupt). An SQLite file that does not exist is an error (sqlite3 would
+    create it). Driver exceptions pass through; ``ImportError`` when PyMySQL is missing.
+    """
+    if dialect == "postgresql":
+        import psycopg
+        from psycopg.conninfo import conninfo_to_dict
+
+        url = connection_url(dialect="postgresql", connection=connection, read_only=read_only)
+        # The URL's own options (a read-only datasource's default) stay beside the timeout.
+        options = conninfo_to_dict(url).get("options") or ""
+        conn = psycopg.connect(
+            url,
+            connect_timeout=max(1, int(timeout)),
+            options=f"{options} -c statement_timeout={int(timeout * 1000)}".strip(),
+            application_name="paw",
+        )
+        if read_only:
+            conn.read_only = True
+        with contextlib.closing(conn):
+            yield conn
+            conn.rollback()
+    elif dialect == "mysql":
+        import pymysql
+
+        connection_resolved_check(dialect="mysql", connection=connection)
+        conn = pymysql.connect(
+            host=connection.get("host") or "localhost",
+            port=int(connection.get("port") or 3306),
+            user=connection.get("user") or None,
+            password=connection.get("password") or "",
+            database=connection.get("database") or None,
+            connect_timeout=max(1, int(timeout)),
+            read_timeout=timeout + 5,  # a backstop: the server's own limit comes first
+            charset="utf8mb4",
+            **{k: v for k, v in connection.get("options", {}).items() if k in MYSQL_OPTIONS},
+        )
+        with contextlib.closing(conn):
+            with conn.cursor() as cursor:
+                cursor.execute("SELECT VERSION()")
+                if "mariadb" in str(cursor.fetchone()[0]).lower():
+                    cursor.execute(f"SET SESSION max_statement_time = {float(timeout)}")
+                else:
+                    cursor.execute(f"SET SESSION max_execution_time = {int(timeout * 1000)}")
+                if read_only:
+                    cursor.execute("SET SESSION TRANSACTION READ ONLY")
+            yield conn
+            conn.rollback()
+    elif dialect == "sqlite":
+        path = Path(str(connection.get("database", "")))
+        if not path.is_file():
+            raise ConnectionFailed(f"no such file {path}.")
+        mode = "ro" if read_only else "rw"
+        uri = f"file:{quote(str(path), safe='/')}?mode={mode}"
+        conn = sqlite3.connect(uri, uri=True, timeout=min(timeout, CONNECT_TIMEOUT))
+        timer = threading.Timer(timeout, conn.interrupt)
+        timer.daemon = True
+        timer.start()
+        try:
+            with contextlib.closing(conn):
+                yield conn
+                conn.rollback()
+        finally:
+            timer.cancel()
+    else:
+        raise ValueError(f"unknown dialect {dialect!r}")
+
+
+#: PyMySQL ``connect()`` parameters an operator may set in ``options`` (TLS).
+MYSQL_OPTIONS = frozenset(
+    {"ssl_ca", "ssl_cert", "ssl_key", "ssl_verify_cert", "ssl_verify_identity", "ssl_disabled"}
+)
+
+
+def driver_message(exc: BaseException) -> str:
+    """A driver error as one line of text (what the database said)."""
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+@dataclass(frozen=True)
+class QueryCheck:
+    """A statement run read-only: ``columns`` and how many ``rows`` came back (at most
+    ``QUERY_CHECK_ROWS`` are read)."""
+
+    columns: list[str]
+    rows: int
+
+
+QUERY_CHECK_ROWS = 1000
+
+
+class NotARead(ValueError):
+    """A statement that is not one read (``paw_agent.sqlcheck.is_read_only``): refused
+    before anything reaches the database."""
+
+
+def query_check(
+    *, dialect: str, connection: dict[str, Any], sql: str, timeout: float
+) -> QueryCheck:
+    """Run ``sql`` read-only on the database (whatever the datasource's own flag), within
+    ``timeout`` seconds, and roll back. It must return a result set: an example is a
+    question and the query that answers it.
+
+    First ``sql`` must be one read by the rule ``run_sql`` applies
+    (``paw_agent.sqlcheck.is_read_only``: one SELECT / WITH / EXPLAIN, no data-changing
+    keyword such as ``INTO OUTFILE``, no side-effect function such as
+    ``pg_cancel_backend``): otherwise :class:`NotARead` is raised and nothing is sent to
+    the database (``COPY ... TO PROGRAM``, ``ATTACH DATABASE`` never run). The read-only
+    transaction and the timeout stay as the second line.
+
+    Raises :class:`ConnectionFailed` with the database's own message when it cannot
+    connect, refuses or fails the statement, times out, or returns no result set.
+    """
+    if not is_read_only(sql):
+        raise NotARead(
+            "an example's SQL must be one read: a single SELECT, WITH or EXPLAIN statement "
+            "that writes nothing (no INTO, COPY, ATTACH, data-changing CTE or function with "
+            "side effects such as pg_cancel_backend)."
+        )
+    try:
+        with database_connection(
+            dialect=dialect, connection=connection, read_only=True, timeout=timeout
+        ) as conn:
+            cursor = conn.cursor()
+            try:
+                cursor.execute(sql)
+                if cursor.description is None:
+                    raise ConnectionFailed(
+                        "the statement returned no rows to look at (an example must be a query)."
+                    )
+                columns = [str(d[0]) for d in cursor.description]
+                rows = len(cursor.fetchmany(QUERY_CHECK_ROWS))
+            finally:
+                cursor.close()
+    except ConnectionFailed:
+        raise
+    except Exception as exc:  # every driver's error is the answer
+        raise ConnectionFailed(driver_message(exc)) from exc
+    return QueryCheck(columns=columns, rows=rows)

@@ -114,7 +114,9 @@ class Datasource(models.Model):
     ``connection`` holds ``host``, ``port``, ``database`` (a file path for SQLite),
     ``user``, ``password`` and ``options`` (extra driver parameters such as ``sslmode``);
     any string in it may use ``{secret:NAME}`` placeholders, and a password may *only* be
-    one. They are resolved just before use, the requesting user's own secret first.
+    one. They are resolved just before use (``services.datasource_resolve``): the password
+    (and options named like one) the requesting user's own secret first, every other
+    field only the operator's global secrets; never to PAW's own database.
     ``read_only`` connections are opened read-only where the database allows it
     (PostgreSQL ``default_transaction_read_only``, SQLite ``mode=ro``) and are announced
     as such to the runtime.
@@ -154,6 +156,21 @@ class Datasource(models.Model):
     )
     read_only = models.BooleanField(default=True)
     enabled = models.BooleanField(default=True)
+    allowed_hosts = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="More destinations an isolated sandbox may reach when a run uses this "
+        'datasource (its own host and port always are): e.g. ["api.internal:443", '
+        '"*.corp.example"]; host, host:port or *.domain[:port], at most 20.',
+    )
+    # Schema refresh (a worker harvests the live schema into knowledge entries): when it
+    # was last asked for and last succeeded, and the database's error when it failed.
+    schema_requested_at = models.DateTimeField(null=True, blank=True, editable=False)
+    schema_refreshed_at = models.DateTimeField(null=True, blank=True, editable=False)
+    schema_error = models.TextField(blank=True, default="", editable=False)
+    # Bumped by every change of the datasource's knowledge (entries, their vectors), in the
+    # same transaction: caches of its index (vectors, the sandbox index file) key on it.
+    knowledge_version = models.PositiveIntegerField(default=0, editable=False)
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -169,10 +186,11 @@ class Datasource(models.Model):
         return f"PAW_DATASOURCE_{self.slug.upper().replace('-', '_')}_URL"
 
     def clean(self) -> None:
-        from secrets_vault.connections import connection_validate
+        from secrets_vault.connections import allowed_hosts_validate, connection_validate
 
         if self.dialect in self.Dialect.values:
             connection_validate(dialect=self.dialect, connection=self.connection)
+        allowed_hosts_validate(self.allowed_hosts)
         if self.slug:
             others = Datasource.objects.exclude(pk=self.pk).only("slug")
             clash = next((o for o in others if o.env_name == self.env_name), None)
@@ -180,6 +198,47 @@ class Datasource(models.Model):
                 raise ValidationError(
                     {"slug": f"'{clash.slug}' already uses the variable {self.env_name}."}
                 )
+
+
+class KnowledgeEntry(models.Model):
+    """One thing the agent is told about a datasource when it works on it.
+
+    ``kind``: ``schema`` (one table or view, harvested from the live database by a schema
+    refresh, which replaces them all at once), ``doc`` (an operator's Markdown note) or
+    ``example`` (a question in ``title``/``text`` and the ``sql`` that answers it, checked
+    read-only against the database when saved). ``vector`` is the entry's embedding
+    (float32, little-endian) by the model named in ``vector_model``, or null.
+
+    Full-text search is kept by the database itself, outside this model's fields
+    (migration 0002): on PostgreSQL a generated ``tsvector`` column ``search`` with a GIN
+    index; on SQLite an FTS5 table ``secrets_vault_knowledge_fts`` fed by triggers (a
+    later migration that rebuilds this table on SQLite must create them again).
+    """
+
+    class Kind(models.TextChoices):
+        SCHEMA = "schema"
+        DOC = "doc"
+        EXAMPLE = "example"
+
+    datasource = models.ForeignKey(Datasource, on_delete=models.CASCADE, related_name="knowledge")
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    title = models.CharField(max_length=300)
+    text = models.TextField(blank=True, default="")
+    sql = models.TextField(
+        blank=True, default="", help_text="Examples only: the SQL that answers the question."
+    )
+    vector = models.BinaryField(null=True, blank=True, editable=False)
+    vector_model = models.CharField(max_length=200, blank=True, default="", editable=False)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    updated_at = models.DateTimeField(default=timezone.now, editable=False)
+
+    class Meta:
+        ordering = ("kind", "title", "id")
+        verbose_name_plural = "knowledge entries"
+        indexes = [models.Index(fields=["datasource", "kind"], name="knowledge_datasource_kind")]
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.title}"
 
 
 PROVIDER_NAME_PATTERN = r"^[a-z][a-z0-9_-]{0,63}$"
@@ -193,6 +252,7 @@ class CustomProvider(models.Model):
     global one); empty means it needs no key, so it is active for everyone. ``known_models``
     is the list shown when the endpoint's live ``GET /models`` cannot be read;
     ``default_model`` (else the first listed model) is used when a run names none.
+    ``vision``: its models accept images.
     """
 
     name = models.CharField(
@@ -225,6 +285,11 @@ class CustomProvider(models.Model):
         help_text='Model names offered when the live list cannot be read, e.g. ["llama3.2"].',
     )
     default_model = models.CharField(max_length=200, blank=True, default="")
+    vision = models.BooleanField(
+        default=False,
+        help_text="Its models accept images (image content parts): a run may then send "
+        "PNG, JPEG or WebP images from the workspace to them. Off: such runs are refused.",
+    )
     enabled = models.BooleanField(default=True)
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     updated_at = models.DateTimeField(auto_now=True)

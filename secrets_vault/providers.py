@@ -9,6 +9,12 @@ the providers' documented OpenAI-compatible endpoints:
 * Google Gemini: https://ai.google.dev/gemini-api/docs/openai
 * Mistral: https://docs.mistral.ai/api/
 
+Which models accept images (``vision``: image content parts in chat messages, see
+``conversations/services/attachments.py``) is a catalogue of name patterns per built-in
+provider (:attr:`ProviderSpec.vision_models`, from the providers' model pages), a flag per
+custom provider (``CustomProvider.vision``) and ``PAW_LLM_VISION`` for the server default;
+:func:`model_accepts_images` applies them.
+
 Model lists come from the endpoint's ``GET /models`` through the official ``openai`` SDK,
 cached in the Django cache (``PAW_PROVIDER_MODELS_CACHE_SECONDS``), with a short timeout
 (``PAW_PROVIDER_MODELS_TIMEOUT``) and the provider's known models as the fallback.
@@ -16,6 +22,7 @@ cached in the Django cache (``PAW_PROVIDER_MODELS_CACHE_SECONDS``), with a short
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import logging
 from dataclasses import dataclass
@@ -23,19 +30,21 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.core.cache import cache
 
+from paw_project.demo import DEMO_PROVIDER_NAME  # the offline demo's name (re-exported)
+
 logger = logging.getLogger(__name__)
 
 #: The name under which the server-wide default (``PAW_LLM_*``) is shown.
 DEFAULT_PROVIDER_NAME = "default"
-#: The offline demo's scripted model (``PAW_DEMO_BASE_URL``), offered after every other.
-DEMO_PROVIDER_NAME = "demo"
 DEMO_PROVIDER_LABEL = "Scripted demo (no AI)"
 DEMO_MODEL = "scripted-demo"
 
 
 @dataclass(frozen=True)
 class ProviderSpec:
-    """A built-in provider: ``key_name`` is the secret holding its API key."""
+    """A built-in provider: ``key_name`` is the secret holding its API key;
+    ``vision_models`` the ``fnmatch`` patterns (case-insensitive) of its model names that
+    accept images (every one of ``known_models`` is flagged by it or not)."""
 
     name: str
     label: str
@@ -43,11 +52,32 @@ class ProviderSpec:
     key_name: str
     default_model: str
     known_models: tuple[str, ...]
+    vision_models: tuple[str, ...] = ()
 
 
 BUILTIN_PROVIDERS: tuple[ProviderSpec, ...] = (
     ProviderSpec(
-        "openai", "OpenAI", "https://api.openai.com/v1", "OPENAI_API_KEY", "gpt-5.4", ("gpt-5.4",)
+        "openai",
+        "OpenAI",
+        "https://api.openai.com/v1",
+        "OPENAI_API_KEY",
+        "gpt-5.4",
+        ("gpt-5.4",),
+        # https://platform.openai.com/docs/guides/images-vision
+        (
+            "gpt-4o*",
+            "chatgpt-4o*",
+            "gpt-4-turbo*",
+            "gpt-4.1*",
+            "gpt-4.5*",
+            "gpt-5*",
+            "o1",
+            "o1-2*",
+            "o3",
+            "o3-2*",
+            "o3-pro*",
+            "o4-mini*",
+        ),
     ),
     ProviderSpec(
         "anthropic",
@@ -56,6 +86,8 @@ BUILTIN_PROVIDERS: tuple[ProviderSpec, ...] = (
         "ANTHROPIC_API_KEY",
         "claude-sonnet-4-6",
         ("claude-sonnet-4-6",),
+        # https://docs.anthropic.com/en/docs/build-with-claude/vision: every Claude 3 and later
+        ("claude-3*", "claude-sonnet-*", "claude-opus-*", "claude-haiku-*"),
     ),
     ProviderSpec(
         "gemini",
@@ -64,6 +96,8 @@ BUILTIN_PROVIDERS: tuple[ProviderSpec, ...] = (
         "GEMINI_API_KEY",
         "gemini-3-flash",
         ("gemini-3-flash",),
+        # https://ai.google.dev/gemini-api/docs/image-understanding (not the embedding models)
+        ("gemini-1.5*", "gemini-2*", "gemini-3*"),
     ),
     ProviderSpec(
         "mistral",
@@ -72,6 +106,16 @@ BUILTIN_PROVIDERS: tuple[ProviderSpec, ...] = (
         "MISTRAL_API_KEY",
         "mistral-large-latest",
         ("mistral-large-latest",),
+        # https://docs.mistral.ai/capabilities/vision/
+        (
+            "mistral-large-latest",
+            "mistral-large-2512*",
+            "mistral-medium*",
+            "mistral-small-latest",
+            "mistral-small-2503*",
+            "mistral-small-2506*",
+            "pixtral-*",
+        ),
     ),
 )
 
@@ -80,7 +124,20 @@ RESERVED_PROVIDER_NAMES = frozenset(
     {DEFAULT_PROVIDER_NAME, DEMO_PROVIDER_NAME, *(p.name for p in BUILTIN_PROVIDERS)}
 )
 
+#: ``vision_models`` meaning "every model of the provider accepts images".
+ALL_MODELS = ("*",)
+
 _CACHE_PREFIX = "secrets_vault:models:"
+
+
+def model_accepts_images(vision_models: tuple[str, ...] | list[str], model: str) -> bool:
+    """Whether ``model`` matches one of the ``fnmatch`` patterns ``vision_models``
+    (compared without regard to case or surrounding space): whether PAW may send it image
+    content parts."""
+    name = (model or "").strip().lower()
+    return bool(name) and any(
+        fnmatch.fnmatchcase(name, pattern.strip().lower()) for pattern in vision_models
+    )
 
 
 def _cache_key(base_url: str, api_key: str) -> str:

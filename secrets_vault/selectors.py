@@ -1,25 +1,41 @@
 """Reads: secrets (never their values, except for the services that hand them out),
-datasources, providers and their state for a user."""
+datasources and their knowledge (search included), providers and their state for a
+user."""
 
 from __future__ import annotations
 
+import collections
+import math
+import re
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import numpy as np
 from django.conf import settings
+from django.db import connection
 from django.db.models import Q, QuerySet
 
 from secrets_vault.fields import UNDECRYPTABLE
-from secrets_vault.models import CustomProvider, Datasource, ProviderPreference, Secret
+from secrets_vault.models import (
+    CustomProvider,
+    Datasource,
+    KnowledgeEntry,
+    ProviderPreference,
+    Secret,
+)
 from secrets_vault.providers import (
+    ALL_MODELS,
     BUILTIN_PROVIDERS,
     DEFAULT_PROVIDER_NAME,
     DEMO_MODEL,
     DEMO_PROVIDER_LABEL,
     DEMO_PROVIDER_NAME,
+    model_accepts_images,
     models_list,
 )
+from secrets_vault.vectors import vector_from_bytes
 
 if TYPE_CHECKING:
     from accounts.models import User
@@ -82,7 +98,8 @@ class ProviderState:
 
     ``api_key`` is the resolved key ("" when none is needed or none was found; never
     shown: ``repr`` leaves it out); ``key_name`` the secret (or setting) it came from;
-    ``key_secret_id`` that secret's id, to note its use.
+    ``key_secret_id`` that secret's id, to note its use; ``vision_models`` the patterns of
+    its model names that accept images (``providers.model_accepts_images``).
     """
 
     name: str
@@ -95,11 +112,17 @@ class ProviderState:
     known_models: tuple[str, ...]
     api_key: str = field(default="", repr=False)
     key_secret_id: int | None = None
+    vision_models: tuple[str, ...] = ()
+
+    def accepts_images(self, model: str) -> bool:
+        """Whether ``model`` of this provider accepts image content parts."""
+        return model_accepts_images(self.vision_models, model)
 
 
 @dataclass(frozen=True)
 class ProviderInfo:
-    """A provider as ``GET /api/providers`` shows it (``models``: live or known list)."""
+    """A provider as ``GET /api/providers`` shows it (``models``: live or known list;
+    ``vision_models``: those of them that accept images)."""
 
     name: str
     label: str
@@ -107,6 +130,7 @@ class ProviderInfo:
     reason_if_inactive: str
     default_model: str
     models: list[str]
+    vision_models: list[str] = field(default_factory=list)
 
 
 def provider_default_configured() -> bool:
@@ -173,6 +197,7 @@ def providers_for(*, user: User) -> list[ProviderState]:
                 default_model=model,
                 known_models=(model,) if model else (),
                 api_key=settings.PAW_LLM_API_KEY,
+                vision_models=ALL_MODELS if settings.PAW_LLM_VISION else (),
             )
         )
     for spec in BUILTIN_PROVIDERS:
@@ -184,6 +209,7 @@ def providers_for(*, user: User) -> list[ProviderState]:
                 key_name=spec.key_name,
                 default_model=spec.default_model,
                 known_models=spec.known_models,
+                vision_models=spec.vision_models,
             )
         )
     for custom in customs:
@@ -196,6 +222,7 @@ def providers_for(*, user: User) -> list[ProviderState]:
                 key_name=custom.key_secret_name,
                 default_model=custom.default_model or (known[0] if known else ""),
                 known_models=known,
+                vision_models=ALL_MODELS if custom.vision else (),
             )
         )
     if settings.PAW_DEMO_BASE_URL:
@@ -239,6 +266,7 @@ def provider_list(*, user: User) -> list[ProviderInfo]:
             reason_if_inactive=state.reason_if_inactive,
             default_model=state.default_model or (models[0] if models else ""),
             models=models,
+            vision_models=[name for name in models if state.accepts_images(name)],
         )
         for state, models in zip(states, model_lists, strict=True)
     ]
@@ -247,3 +275,239 @@ def provider_list(*, user: User) -> list[ProviderInfo]:
 def provider_preference_get(*, user: User) -> ProviderPreference | None:
     """The user's default provider and model, if they chose one."""
     return ProviderPreference.objects.filter(user=user).first()
+
+
+# --- Datasource knowledge -----------------------------------------------------------------
+
+#: Candidates each ranking (full-text, vectors) contributes before they are merged.
+SEARCH_CANDIDATES = 50
+#: Reciprocal rank fusion's constant (Cormack, Clarke and Büttcher, SIGIR 2009: k = 60).
+RRF_K = 60
+#: Words too common to say anything about a datasource (questions are full of them).
+STOPWORDS = frozenset(
+    {
+        "a", "about", "all", "an", "and", "are", "as", "at", "be", "by", "can", "did", "do",
+        "does", "each", "find", "for", "from", "give", "had", "has", "have", "how", "i", "in",
+        "into", "is", "it", "its", "list", "many", "me", "much", "my", "of", "on", "or", "our",
+        "show", "tell", "than", "that", "the", "their", "them", "there", "these", "they",
+        "this", "to", "was", "we", "were", "what", "when", "where", "which", "who", "whom",
+        "why", "will", "with", "would", "you", "your",
+    }
+)  # fmt: skip
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+
+
+def knowledge_list(*, datasource: Datasource, kind: str | None = None) -> QuerySet[KnowledgeEntry]:
+    """The datasource's knowledge entries (only ``kind`` when given), by kind and title,
+    without their vectors."""
+    entries = KnowledgeEntry.objects.filter(datasource=datasource).defer("vector")
+    return entries.filter(kind=kind) if kind else entries
+
+
+def knowledge_get(*, datasource: Datasource, entry_id: int) -> KnowledgeEntry | None:
+    """One entry of the datasource, or None."""
+    return knowledge_list(datasource=datasource).filter(pk=entry_id).first()
+
+
+def knowledge_unembedded(
+    *, datasource_ids: list[int], model: str, limit: int
+) -> list[KnowledgeEntry]:
+    """Up to ``limit`` entries of the datasources without a vector by ``model``."""
+    return list(
+        KnowledgeEntry.objects.filter(datasource_id__in=datasource_ids)
+        .exclude(vector_model=model, vector__isnull=False)
+        .defer("vector")
+        .order_by("id")[:limit]
+    )
+
+
+def query_words(text: str) -> list[str]:
+    """The words of a question worth searching for: lower-case, without stopwords and
+    one-letter words, each once, in order (table and column names split at ``_``)."""
+    words = [w.lower() for w in _WORD.findall(text)]
+    return list(dict.fromkeys(w for w in words if len(w) > 1 and w not in STOPWORDS))
+
+
+@dataclass(frozen=True)
+class KnowledgeHit:
+    """An entry found for a query, with its ``score`` (reciprocal-rank fusion of the
+    full-text and vector rankings: higher is better)."""
+
+    entry: KnowledgeEntry
+    score: float
+
+
+def knowledge_search(
+    *,
+    datasource_ids: list[int],
+    query: str,
+    limit: int = 20,
+    query_vector: np.ndarray | None = None,
+    vector_model: str = "",
+) -> list[KnowledgeHit]:
+    """The entries of the datasources most relevant to ``query``, best first (at most
+    ``limit``), without their vectors.
+
+    Full-text: PostgreSQL ``ts_rank`` over the ``search`` tsvector (GIN), SQLite FTS5
+    ``bm25``, or, on an SQLite without FTS5, a BM25 computed here; the question's words are
+    OR-ed, so an entry matching some of them counts. With ``query_vector`` (normalised,
+    by ``vector_model``), the entries' vectors by that model are ranked by cosine
+    similarity too (numpy, over a per-process cache keyed on the datasources'
+    ``knowledge_version``), and the two rankings merged by reciprocal rank fusion.
+    """
+    if not datasource_ids:
+        return []
+    words = query_words(query)
+    # The full-text query brings its rows along: one round trip when it is all there is.
+    found = {entry.pk: entry for entry in _fulltext_ranked(datasource_ids, words)} if words else {}
+    rankings = [list(found)]
+    if query_vector is not None and vector_model:
+        rankings.append(_vector_ranked(datasource_ids, query_vector, vector_model))
+    scores: dict[int, float] = {}
+    for ranking in rankings:
+        for rank, entry_id in enumerate(ranking):
+            scores[entry_id] = scores.get(entry_id, 0.0) + 1.0 / (RRF_K + rank + 1)
+    best = sorted(scores, key=lambda entry_id: (-scores[entry_id], entry_id))[:limit]
+    missing = [entry_id for entry_id in best if entry_id not in found]
+    if missing:
+        found.update(KnowledgeEntry.objects.defer("vector").in_bulk(missing))
+    return [KnowledgeHit(entry=found[i], score=scores[i]) for i in best if i in found]
+
+
+#: The columns a search reads (never the vector).
+_ENTRY_COLUMNS = "e.id, e.datasource_id, e.kind, e.title, e.text, e.sql, e.vector_model, e.created_at, e.updated_at"
+
+
+def _fulltext_ranked(datasource_ids: list[int], words: list[str]) -> list[KnowledgeEntry]:
+    """Entries matching any of ``words``, best first (at most ``SEARCH_CANDIDATES``),
+    without their vectors."""
+    vendor = connection.vendor
+    table = KnowledgeEntry._meta.db_table
+    if vendor == "postgresql":
+        # plainto_tsquery stems and drops stopwords; its terms are then OR-ed.
+        return list(
+            KnowledgeEntry.objects.raw(
+                f"""
+                SELECT {_ENTRY_COLUMNS} FROM {table} e,
+                     CAST(replace(plainto_tsquery('english', %s)::text, ' & ', ' | ') AS tsquery) q
+                WHERE e.datasource_id = ANY(%s) AND e.search @@ q
+                ORDER BY ts_rank(e.search, q, 1) DESC, e.id LIMIT %s
+                """,  # noqa: S608 - the table name is the model's
+                [" ".join(words), list(datasource_ids), SEARCH_CANDIDATES],
+            )
+        )
+    if vendor == "sqlite" and _sqlite_fts_ready():
+        match = " OR ".join('"' + word.replace('"', '""') + '"' for word in words)
+        # Django's cursor takes %s placeholders on SQLite too (it turns them into ?).
+        marks = ", ".join("%s" for _ in datasource_ids)
+        return list(
+            KnowledgeEntry.objects.raw(
+                f"""
+                SELECT {_ENTRY_COLUMNS} FROM {FTS_TABLE} f JOIN {table} e ON e.id = f.rowid
+                WHERE {FTS_TABLE} MATCH %s AND e.datasource_id IN ({marks})
+                ORDER BY bm25({FTS_TABLE}, 4.0, 1.0, 0.5), e.id LIMIT %s
+                """,  # noqa: S608 - names are the model's, values are parameters
+                [match, *datasource_ids, SEARCH_CANDIDATES],
+            )
+        )
+    ranked = _python_ranked(datasource_ids, words)
+    entries = KnowledgeEntry.objects.defer("vector").in_bulk(ranked)
+    return [entries[i] for i in ranked if i in entries]
+
+
+FTS_TABLE = "secrets_vault_knowledge_fts"
+
+
+def _sqlite_fts_ready() -> bool:
+    """Whether this SQLite database has the FTS5 table (its SQLite had FTS5 when the
+    migration ran)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1 FROM sqlite_master WHERE name = %s", [FTS_TABLE])
+        return cursor.fetchone() is not None
+
+
+def _python_ranked(datasource_ids: list[int], words: list[str]) -> list[int]:
+    """BM25 (k1 = 1.2, b = 0.75; Robertson and Zaragoza, 2009) over every entry of the
+    datasources, on word prefixes of 5 letters as a poor man's stemming: the fallback of
+    a database without a full-text index. The title counts three times."""
+    stems = {word[:5] for word in words}
+    documents = []
+    for entry_id, title, text, sql in KnowledgeEntry.objects.filter(
+        datasource_id__in=datasource_ids
+    ).values_list("id", "title", "text", "sql"):
+        tokens = [w.lower()[:5] for w in _WORD.findall(f"{title} {title} {title} {text} {sql}")]
+        documents.append((entry_id, tokens))
+    if not documents:
+        return []
+    average = sum(len(tokens) for _, tokens in documents) / len(documents) or 1.0
+    frequency = {stem: sum(stem in set(tokens) for _, tokens in documents) for stem in stems}
+    scored = []
+    for entry_id, tokens in documents:
+        score = 0.0
+        for stem in stems:
+            count = tokens.count(stem)
+            if count:
+                idf = math.log(
+                    1 + (len(documents) - frequency[stem] + 0.5) / (frequency[stem] + 0.5)
+                )
+                score += idf * count * 2.2 / (count + 1.2 * (0.25 + 0.75 * len(tokens) / average))
+        if score > 0:
+            scored.append((score, entry_id))
+    scored.sort(key=lambda item: (-item[0], item[1]))
+    return [entry_id for _, entry_id in scored[:SEARCH_CANDIDATES]]
+
+
+_VECTOR_CACHE: collections.OrderedDict[tuple, tuple[np.ndarray, np.ndarray]] = (
+    collections.OrderedDict()
+)
+_VECTOR_CACHE_LOCK = threading.Lock()
+#: Sets of datasources whose vectors a process keeps (10,000 entries of 1,536 float32
+#: dimensions are 60 MB).
+VECTOR_CACHE_SIZE = 8
+
+
+def _vector_matrix(datasource_ids: list[int], model: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(entry ids, matrix of their vectors)`` by ``model``, from the cache while no
+    datasource's ``knowledge_version`` changed."""
+    versions = tuple(
+        Datasource.objects.filter(pk__in=datasource_ids)
+        .order_by("pk")
+        .values_list("pk", "knowledge_version")
+    )
+    key = (model, versions)
+    with _VECTOR_CACHE_LOCK:
+        if key in _VECTOR_CACHE:
+            _VECTOR_CACHE.move_to_end(key)
+            return _VECTOR_CACHE[key]
+    rows = list(
+        KnowledgeEntry.objects.filter(
+            datasource_id__in=datasource_ids, vector_model=model, vector__isnull=False
+        ).values_list("id", "vector")
+    )
+    vectors = [vector_from_bytes(vector) for _, vector in rows]
+    dims = {len(v) for v in vectors}
+    if len(dims) > 1:  # vectors of another shape: a model renamed in between; skip them
+        common = max(dims, key=lambda d: sum(len(v) == d for v in vectors))
+        rows, vectors = zip(
+            *[(r, v) for r, v in zip(rows, vectors, strict=True) if len(v) == common], strict=True
+        )
+    ids = np.array([entry_id for entry_id, _ in rows], dtype=np.int64)
+    matrix = np.vstack(vectors) if vectors else np.zeros((0, 0), dtype=np.float32)
+    with _VECTOR_CACHE_LOCK:
+        _VECTOR_CACHE[key] = (ids, matrix)
+        while len(_VECTOR_CACHE) > VECTOR_CACHE_SIZE:
+            _VECTOR_CACHE.popitem(last=False)
+    return ids, matrix
+
+
+def _vector_ranked(datasource_ids: list[int], query_vector: np.ndarray, model: str) -> list[int]:
+    """Entry ids by cosine similarity to ``query_vector``, best first (at most
+    ``SEARCH_CANDIDATES``)."""
+    ids, matrix = _vector_matrix(datasource_ids, model)
+    if not len(ids) or matrix.shape[1] != len(query_vector):
+        return []
+    similarity = matrix @ query_vector.astype(np.float32)
+    count = min(SEARCH_CANDIDATES, len(ids))
+    top = np.argpartition(-similarity, count - 1)[:count]
+    top = top[np.lexsort((ids[top], -similarity[top]))]
+    return [int(ids[i]) for i in top]

@@ -14,7 +14,9 @@ channel-layer message it receives may contain a known secret value
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import shutil
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -22,9 +24,18 @@ from contextlib import ExitStack
 import pytest
 from django.conf import settings
 
-from paw_project.scripted_model import ScriptedModel
+from scripted_model import ScriptedModel
+from tests.mariadb import mariadb  # noqa: F401 - the fixture, for every test
+from tests.processes import (
+    PYTHON,
+    child_process,
+    free_port,
+    output_of,
+    wait_http,
+    web_process,
+    worker_database_url,
+)
 from tests.secrets_vault import leak_scan
-from tests.support import PYTHON, child_process, output_of, worker_database_url
 
 PAW_AGENT = "paw-agent serve"
 HARNESS = "python-agent-harness serve"
@@ -76,6 +87,18 @@ def _own_channel_layer(settings):
     settings.CHANNEL_LAYERS = copy.deepcopy(settings.CHANNEL_LAYERS)
 
 
+# --- Datasource servers -----------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def mariadb_url() -> str:
+    """A MariaDB server's URL (``PAW_TEST_MARIADB_URL``, or a private server started for
+    the session when nothing answers there); skips the test, saying why, without one."""
+    from tests.pawenv import mariadb_url as url
+
+    return url()
+
+
 # --- The scripted model and the worker -----------------------------------------------------
 
 
@@ -124,7 +147,7 @@ class WorkerNode:
 
     def _start(self, command: str, extra_env: dict[str, str]) -> None:
         from paw_project.celery import app
-        from paw_project.embedded import node_queues
+        from sandboxes.enqueue import node_queues
 
         argv = [
             PYTHON, "-m", "celery", "-A", "paw_project", "worker", "--pool", "threads",
@@ -143,6 +166,10 @@ class WorkerNode:
             "PAW_DEMO_BASE_URL": self.model.base_url,
             **extra_env,
         }
+        if shutil.which("bwrap") is None and "PAW_SANDBOX_ISOLATION" not in env:
+            # A machine without bubblewrap (PAW_TEST_ALLOW_NO_BWRAP=1): with Redis, a node
+            # without it starts only when told to run sandboxes without a jail.
+            env["PAW_SANDBOX_ISOLATION"] = "none"
         self._stack = ExitStack()
         self.process = self._stack.enter_context(child_process(argv, env=env))
         deadline = time.monotonic() + 60
@@ -167,6 +194,41 @@ def worker_node(django_db_setup, django_db_blocker, scripted_model) -> Iterator[
         node = WorkerNode(worker_database_url(), scripted_model)
     yield node
     node.stop()
+
+
+class WebServer:
+    """A web process: ``base`` is its address, ``output()`` what it logged."""
+
+    def __init__(self, process, port: int) -> None:
+        self.process = process
+        self.port = port
+        self.base = f"http://127.0.0.1:{port}"
+
+    def output(self) -> str:
+        return output_of(self.process)
+
+
+@contextlib.contextmanager
+def web_server(django_db_blocker, worker_node: WorkerNode, **env: str) -> Iterator[WebServer]:
+    """The web process (``python -m paw_project.web``) serving PAW on the test database and
+    Redis, with the same default provider (the scripted model) as the worker node, and the
+    demo provider pointing at it too;
+    ``env`` adds or overrides settings. A real stack with ``worker_node`` (module-scoped
+    fixtures use it: ``chat_server``, the client's ``paw_server``)."""
+    port = free_port()
+    with django_db_blocker.unblock():
+        database_url = worker_database_url()
+    env = {
+        "PAW_DATABASE_URL": database_url,
+        "PAW_LLM_BASE_URL": worker_node.model.base_url,
+        "PAW_LLM_API_KEY": SCRIPTED_API_KEY,
+        "PAW_LLM_MODEL": "scripted-model",
+        "PAW_DEMO_BASE_URL": worker_node.model.base_url,
+        **env,
+    }
+    with web_process(port, **env) as process:
+        wait_http(f"http://127.0.0.1:{port}/healthz", process=process)
+        yield WebServer(process, port)
 
 
 @pytest.fixture(autouse=True)
@@ -248,20 +310,24 @@ def other_api(other_user):
     return api_client_for(other_user)
 
 
-def throttle_key(scope: str, ident: object) -> str:
-    """The cache key DRF's throttles use for ``scope`` and ``ident`` (a user id or an IP)."""
-    return f"throttle_{scope}_{ident}"
+def use_up_throttle(scope: str, ident: str, rate: str) -> None:
+    """Count requests of ``ident`` in ``scope`` until ``rate`` (e.g. ``"30/min"``) refuses
+    the next one: the throttle store is shared with the servers the tests start."""
+    from paw_project.throttles import rate_hit
+
+    while rate_hit(rate, scope, ident) is None:
+        pass
 
 
 @pytest.fixture
 def reset_throttles():
     """Forget the per-IP auth throttle counter of the test client's 127.0.0.1, before and
-    after the test. Only that key is deleted: the shared Redis database also holds the
+    after the test. Only that counter is removed: the shared Redis database also holds the
     Celery broker's queues. (Per-user counters need no reset: user ids are never reused.)"""
-    from django.core.cache import cache
+    from paw_project.throttles import rate_reset
 
     def reset() -> None:
-        cache.delete(throttle_key("auth", "127.0.0.1"))
+        rate_reset("auth", "127.0.0.1")
 
     reset()
     yield reset

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 import factory
 from django.contrib.auth import get_user_model
 
@@ -29,3 +31,13 @@ class ConversationFactory(factory.django.DjangoModelFactory):
 
     user = factory.SubFactory(UserFactory)
     title = factory.Sequence(lambda n: f"Conversation {n}")
+
+
+def conversation_of(user, **fields) -> Conversation:
+    """A conversation of ``user`` with exactly ``fields`` (the model's defaults otherwise)."""
+    return Conversation.objects.create(user=user, **fields)
+
+
+def missing_id() -> str:
+    """A UUID no row has."""
+    return str(uuid.uuid4())

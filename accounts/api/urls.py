@@ -13,4 +13,10 @@ urlpatterns = [
     path("logout", views.LogoutApi.as_view(), name="api-auth-logout"),
     path("password", views.PasswordChangeApi.as_view(), name="api-auth-password"),
     path("me", views.MeApi.as_view(), name="api-auth-me"),
+    path("tokens", views.PersonalTokenListApi.as_view(), name="api-auth-tokens"),
+    path(
+        "tokens/<int:token_id>",
+        views.PersonalTokenDetailApi.as_view(),
+        name="api-auth-token-detail",
+    ),
 ]

@@ -19,25 +19,31 @@ from paw_project.errors import InvalidRequest
 
 class ApprovalOutput(serializers.ModelSerializer):
     """An approval: what the agent asked (``prompt`` for a confirm, ``questions`` for a
-    question), its deadline, and, once closed, the decision and who made it."""
+    question; ``call``, the one tool call an approved confirm allows, or ``null``), its
+    deadline, and, once closed, the decision and who made it (``used``: when a gated call
+    used the approval)."""
 
     run_id = serializers.UUIDField(read_only=True)
     conversation_id = serializers.UUIDField(read_only=True)
     created = serializers.DateTimeField(source="created_at")
     expires = serializers.DateTimeField(source="expires_at")
     decided = serializers.DateTimeField(source="decided_at", allow_null=True)
+    call = serializers.JSONField(allow_null=True)
+    used = serializers.DateTimeField(source="used_at", allow_null=True)
 
     class Meta:
         model = Approval
         fields = (
-            "id", "conversation_id", "run_id", "ask_id", "kind", "prompt", "questions", "status",
-            "answers",
-            "decided_by", "via", "created", "expires", "decided",
+            "id", "conversation_id", "run_id", "ask_id", "kind", "prompt", "call", "questions",
+            "status", "answers",
+            "decided_by", "via", "created", "expires", "decided", "used",
         )  # fmt: skip
         read_only_fields = fields
 
 
 class ApprovalListApi(APIView):
+    pagination_class = PawPagination
+
     class QuerySerializer(serializers.Serializer):
         status = serializers.ChoiceField(choices=Approval.Status.choices, required=False)
 
@@ -79,9 +85,10 @@ class ApprovalDecisionApi(APIView):
         question. 409 `approval_closed` when it was already decided or has expired."""
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        if not data.validated_data:
+        if len(data.validated_data) != 1:  # neither, or both (one would be ignored)
             raise InvalidRequest(
-                'Send "approved" (true or false) or "answers".', code="invalid_decision"
+                'Send "approved" (true or false) or "answers", not both.',
+                code="invalid_decision",
             )
         approval = approval_decide(
             approval_id=approval_id, user=request.user, via="api", **data.validated_data

@@ -13,7 +13,7 @@ from rest_framework.views import APIView
 
 from conversations.api.downloads import download_response
 from conversations.selectors.artifacts import artifact_list, artifact_open
-from paw_project.api import error_responses
+from paw_project.api import PawPagination, error_responses, paginated_response
 
 
 class ArtifactOutput(serializers.Serializer):
@@ -24,15 +24,23 @@ class ArtifactOutput(serializers.Serializer):
 
 
 class ArtifactListApi(APIView):
+    pagination_class = PawPagination
+
     @extend_schema(
         operation_id="artifacts_list",
         responses={200: ArtifactOutput(many=True), **error_responses(404)},
     )
     def get(self, request: Request, conversation_id: UUID) -> Response:
         """Every file of the workspace the agent made (recursively, sorted by path): uploads
-        and the runtime's private dot-folders are left out."""
-        artifacts = artifact_list(user=request.user, conversation_id=conversation_id)
-        return Response(ArtifactOutput(artifacts, many=True).data)
+        and the runtime's private dot-folders are left out. Paginated: `page`, `page_size`
+        up to 100, default 20."""
+        return paginated_response(
+            request=request,
+            view=self,
+            queryset=artifact_list(user=request.user, conversation_id=conversation_id),
+            serializer_class=ArtifactOutput,
+            pagination_class=PawPagination,
+        )
 
 
 class ArtifactDownloadApi(APIView):

@@ -5,12 +5,13 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from uuid import UUID
 
-from drf_spectacular.utils import extend_schema, extend_schema_field
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from conversations.api.runs import VersionFieldsMixin
 from conversations.models import Conversation, Run
 from conversations.rendering import markdown_render
 from conversations.selectors.conversations import (
@@ -19,7 +20,16 @@ from conversations.selectors.conversations import (
     conversation_history,
     conversation_list,
 )
+from conversations.selectors.sidebar import (
+    MAX_SEARCH_CHARS,
+    conversations_search,
+    pending_approvals_of,
+    search_match,
+    with_pending_approvals,
+)
 from conversations.services.conversations import (
+    MAX_APPROVAL_TIMEOUT_SECONDS,
+    MIN_APPROVAL_TIMEOUT_SECONDS,
     conversation_create,
     conversation_delete,
     conversation_session_reset,
@@ -31,6 +41,7 @@ from paw_project.api import (
     error_responses,
     paginated_response,
 )
+from paw_project.errors import InvalidRequest
 
 
 class ConversationPagination(PawCursorPagination):
@@ -47,6 +58,23 @@ def _iso(value: datetime | None) -> str | None:
     return text[:-6] + "Z" if text.endswith("+00:00") else text
 
 
+class _PendingApprovalOutput(serializers.Serializer):
+    id = serializers.UUIDField()
+    kind = serializers.ChoiceField(choices=["confirm", "ask"])
+    expires_at = serializers.DateTimeField()
+
+    class Meta:
+        ref_name = "PendingApproval"
+
+
+class _MatchOutput(serializers.Serializer):
+    field = serializers.ChoiceField(choices=["title", "prompt", "answer"])
+    text = serializers.CharField()
+
+    class Meta:
+        ref_name = "SearchMatch"
+
+
 class ConversationOutput(serializers.ModelSerializer):
     """A conversation as every endpoint returns it.
 
@@ -61,6 +89,18 @@ class ConversationOutput(serializers.ModelSerializer):
     active_run_id = serializers.SerializerMethodField(
         help_text="The run going on now (queued, starting or running), or null."
     )
+    event_cursor = serializers.IntegerField(
+        help_text="The cursor of the conversation's latest stored event: resume the "
+        "websocket (or poll `events`) after it to get only what comes next."
+    )
+    pending_approvals = serializers.SerializerMethodField(
+        help_text="Its approvals waiting for the person (the agent's confirms and "
+        "questions), oldest first, each with its deadline: the sidebar's *waiting for you*."
+    )
+    match = serializers.SerializerMethodField(
+        help_text="With `search`: where the conversation matched — the title, or a "
+        "prompt's or an answer's words around the first term found (`text`); else null."
+    )
 
     class Meta:
         model = Conversation
@@ -70,11 +110,16 @@ class ConversationOutput(serializers.ModelSerializer):
             "auto_approve",
             "llm_provider",
             "llm_model",
+            "approval_timeout_seconds",
+            "datasources",
             "created",
             "updated",
             "last_activity",
             "memory_since",
             "active_run_id",
+            "event_cursor",
+            "pending_approvals",
+            "match",
         )
         read_only_fields = fields
 
@@ -83,6 +128,15 @@ class ConversationOutput(serializers.ModelSerializer):
         active = conversation_active_run_id(conversation)
         return str(active) if active else None
 
+    @extend_schema_field(_PendingApprovalOutput(many=True))
+    def get_pending_approvals(self, conversation: Conversation) -> list[dict]:
+        return pending_approvals_of(conversation)
+
+    @extend_schema_field(_MatchOutput(allow_null=True))
+    def get_match(self, conversation: Conversation) -> dict | None:
+        search = self.context.get("search")
+        return search_match(conversation, search=search) if search else None
+
     def to_representation(self, conversation: Conversation) -> dict:
         return {
             "id": str(conversation.id),
@@ -90,12 +144,52 @@ class ConversationOutput(serializers.ModelSerializer):
             "auto_approve": conversation.auto_approve,
             "llm_provider": conversation.llm_provider,
             "llm_model": conversation.llm_model,
+            "approval_timeout_seconds": conversation.approval_timeout_seconds,
+            "datasources": list(conversation.datasources or []),
             "created": _iso(conversation.created_at),
             "updated": _iso(conversation.updated_at),
             "last_activity": _iso(conversation.last_activity_at),
             "memory_since": _iso(conversation.memory_since),
             "active_run_id": self.get_active_run_id(conversation),
+            "event_cursor": conversation.event_cursor,
+            "pending_approvals": self.get_pending_approvals(conversation),
+            "match": self.get_match(conversation),
         }
+
+
+def _search_of(request: Request) -> str:
+    """The list's ``search`` parameter, stripped (``""``: none). Raises
+    :class:`InvalidRequest` (400) ``search_too_long`` past :data:`MAX_SEARCH_CHARS`
+    characters and ``invalid_search`` for a NUL or another control character."""
+    search = request.query_params.get("search", "").strip()
+    if len(search) > MAX_SEARCH_CHARS:
+        raise InvalidRequest(
+            f"search is limited to {MAX_SEARCH_CHARS} characters.", code="search_too_long"
+        )
+    if any(ord(c) < 32 and c not in "\t\n\r" for c in search):
+        raise InvalidRequest("search may not contain control characters.", code="invalid_search")
+    return search
+
+
+def _datasources_field(**kwargs) -> serializers.ListField:
+    return serializers.ListField(
+        child=serializers.CharField(max_length=100),
+        max_length=20,
+        help_text="Slugs of datasources (GET /api/datasources) every run of the "
+        "conversation is given unless the run names its own.",
+        **kwargs,
+    )
+
+
+def _approval_timeout_field(**kwargs) -> serializers.IntegerField:
+    return serializers.IntegerField(
+        min_value=MIN_APPROVAL_TIMEOUT_SECONDS,
+        max_value=MAX_APPROVAL_TIMEOUT_SECONDS,
+        allow_null=True,
+        help_text="Seconds the agent's questions and confirms wait for an answer in this "
+        "conversation; null: the server default (PAW_APPROVAL_TIMEOUT_SECONDS).",
+        **kwargs,
+    )
 
 
 class _ConversationFields(StrictSerializer):
@@ -103,6 +197,8 @@ class _ConversationFields(StrictSerializer):
     auto_approve = serializers.BooleanField()
     llm_provider = serializers.CharField(max_length=64, allow_blank=True)
     llm_model = serializers.CharField(max_length=200, allow_blank=True)
+    approval_timeout_seconds = _approval_timeout_field()
+    datasources = _datasources_field()
 
 
 class ConversationListApi(APIView):
@@ -111,22 +207,39 @@ class ConversationListApi(APIView):
         auto_approve = serializers.BooleanField(required=False)
         llm_provider = serializers.CharField(max_length=64, allow_blank=True, required=False)
         llm_model = serializers.CharField(max_length=200, allow_blank=True, required=False)
+        approval_timeout_seconds = _approval_timeout_field(required=False)
+        datasources = _datasources_field(required=False)
 
     pagination_class = ConversationPagination
 
     @extend_schema(
         operation_id="conversations_list",
-        responses={200: ConversationOutput(many=True), **error_responses(404)},
+        parameters=[
+            OpenApiParameter(
+                "search",
+                {"type": "string", "maxLength": MAX_SEARCH_CHARS},
+                description="Only the conversations whose title, or a prompt or answer of "
+                'theirs, has these words (full-text: `tip -cancelled`, `"exact phrase"`, '
+                f"`a or b`; at most {MAX_SEARCH_CHARS} characters, longer is 400 "
+                "`search_too_long`). Each result's `match` says where it matched.",
+            ),
+        ],
+        responses={200: ConversationOutput(many=True), **error_responses(400, 404)},
     )
     def get(self, request: Request) -> Response:
         """The user's conversations, newest activity first, cursor-paginated: follow
-        `next` for older ones."""
+        `next` for older ones. `search` narrows them to those matching its words."""
+        search = _search_of(request)
+        queryset = with_pending_approvals(conversation_list(user=request.user))
+        if search:
+            queryset = conversations_search(queryset, search=search)
         return paginated_response(
             request=request,
             view=self,
-            queryset=conversation_list(user=request.user),
+            queryset=queryset,
             serializer_class=ConversationOutput,
             pagination_class=ConversationPagination,
+            context={"search": search},
         )
 
     @extend_schema(
@@ -161,7 +274,8 @@ class ConversationDetailApi(APIView):
         responses={200: ConversationOutput, **error_responses(400, 403, 404)},
     )
     def patch(self, request: Request, conversation_id: UUID) -> Response:
-        """Change the title, `auto_approve`, or the default provider and model."""
+        """Change the title, `auto_approve`, the default provider and model, the
+        approval timeout, or the datasources its runs are given."""
         data = self.InputSerializer(data=request.data, partial=True)
         data.is_valid(raise_exception=True)
         conversation = conversation_update(
@@ -179,15 +293,18 @@ class ConversationDetailApi(APIView):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
-class TurnOutput(serializers.ModelSerializer):
-    """One turn of the history: a run's prompt and answer."""
+class TurnOutput(VersionFieldsMixin, serializers.ModelSerializer):
+    """One turn of the history: a run's prompt and answer. The versions of an edited or
+    regenerated turn are listed each in its place, linked by ``versions``; only the newest
+    (``replaced_by`` null) is in the agent's memory."""
 
     run_id = serializers.UUIDField(source="id")
     created = serializers.DateTimeField(source="created_at")
     started = serializers.DateTimeField(source="started_at", allow_null=True)
     finished = serializers.DateTimeField(source="finished_at", allow_null=True)
     in_memory = serializers.SerializerMethodField(
-        help_text="False for turns before the last session reset (the agent forgot them)."
+        help_text="False for turns before the last session reset (the agent forgot them) "
+        "and for versions replaced by a newer one."
     )
     answer_html = serializers.SerializerMethodField(
         help_text="The answer rendered from Markdown and sanitized."
@@ -206,6 +323,10 @@ class TurnOutput(serializers.ModelSerializer):
             "started",
             "finished",
             "in_memory",
+            "replaces",
+            "replaced_by",
+            "version",
+            "versions",
         )
         read_only_fields = fields
 
@@ -214,6 +335,8 @@ class TurnOutput(serializers.ModelSerializer):
 
     def get_in_memory(self, run: Run) -> bool:
         memory_since = self.context.get("memory_since")
+        if self._versions(run).replaced_by is not None:
+            return False
         return memory_since is None or run.created_at >= memory_since
 
 

@@ -34,22 +34,41 @@ async def _chunks(file: BinaryIO) -> AsyncIterator[bytes]:
         file.close()
 
 
+#: Types a page could load from PAW's own origin as a script, a worker or a stylesheet
+#: (``<script src>``, ``new Worker``, ``<link rel=stylesheet>`` accept them under
+#: ``nosniff``): an agent-written ``x.js`` would otherwise be a script the chat page's
+#: ``script-src 'self'`` allows. They are sent as plain text (still an attachment, under
+#: their own name), which browsers refuse to run or apply.
+ACTIVE_CONTENT_TYPES = frozenset(
+    {
+        "application/javascript", "application/ecmascript", "application/x-javascript",
+        "application/x-ecmascript", "text/javascript", "text/ecmascript", "text/jscript",
+        "text/x-javascript", "text/x-ecmascript", "application/wasm", "text/css",
+        "application/manifest+json", "text/x-python-script",
+    }
+)  # fmt: skip
+
+
 def download_response(
     request: HttpRequest, opened: OpenArtifact, *, inline: bool = False
 ) -> StreamingHttpResponse:
     """Stream ``opened`` (closing it when done) as an attachment, or ``inline`` when asked
     and its type is a raster image (png, jpeg, gif, webp); any other type is always an
-    attachment. ``X-Content-Type-Options: nosniff`` and a sandboxing
-    ``Content-Security-Policy`` keep a browser from running what the agent wrote.
+    attachment. ``X-Content-Type-Options: nosniff``, a sandboxing
+    ``Content-Security-Policy`` and plain text for :data:`ACTIVE_CONTENT_TYPES` keep a
+    browser from running what the agent wrote, also when a page of PAW's origin loads it.
 
-    Under ASGI (Daphne) the body is an async iterator: Django would read a plain file
+    Under ASGI the body is an async iterator: Django would read a plain file
     response whole into memory before sending it there."""
     show_inline = inline and opened.content_type in INLINE_CONTENT_TYPES
+    content_type = opened.content_type
+    if content_type.split(";")[0].strip().lower() in ACTIVE_CONTENT_TYPES:
+        content_type = "text/plain; charset=utf-8"
     if isinstance(request, ASGIRequest):
-        response = StreamingHttpResponse(_chunks(opened.file), content_type=opened.content_type)
+        response = StreamingHttpResponse(_chunks(opened.file), content_type=content_type)
         response._resource_closers.append(opened.file.close)
     else:
-        response = FileResponse(opened.file, content_type=opened.content_type)
+        response = FileResponse(opened.file, content_type=content_type)
     response["Content-Length"] = str(opened.size)
     response["Content-Disposition"] = content_disposition(
         "inline" if show_inline else "attachment", opened.name

@@ -19,6 +19,7 @@ from conversations.models import ConversationFile
 from conversations.selectors.conversations import conversation_get
 from conversations.selectors.files import file_list, file_open
 from conversations.services.files import file_create, file_delete
+from conversations.services.workspaces import workspace_ensure
 from conversations.uploads import (
     MULTIPART_OVERHEAD_BYTES,
     UPLOAD_FIELD,
@@ -26,8 +27,8 @@ from conversations.uploads import (
     WorkspaceUploadHandler,
     too_large,
 )
-from conversations.workspaces import workspace_ensure
-from paw_project.api import error_responses
+from paw_project.api import PawPagination, error_responses, paginated_response
+from paw_project.asgi_limits import BodyKind
 from paw_project.errors import InvalidRequest, NotFound
 from paw_project.throttles import UploadsThrottle
 
@@ -45,6 +46,9 @@ class FileOutput(serializers.ModelSerializer):
 
 class FileListApi(APIView):
     parser_classes = (MultiPartParser,)
+    # PAW_MAX_UPLOAD_BYTES, not the small JSON limit, for the body (paw_project.asgi_limits).
+    request_body_kind = BodyKind.UPLOAD
+    pagination_class = PawPagination
 
     def get_throttles(self):
         # Only uploads count against PAW_THROTTLE_UPLOADS, not listing.
@@ -87,9 +91,15 @@ class FileListApi(APIView):
         responses={200: FileOutput(many=True), **error_responses(404)},
     )
     def get(self, request: Request, conversation_id: UUID) -> Response:
-        """The files uploaded to the conversation, oldest first."""
-        files = file_list(user=request.user, conversation_id=conversation_id)
-        return Response(FileOutput(files, many=True).data)
+        """The files uploaded to the conversation, oldest first (paginated: `page`,
+        `page_size` up to 100, default 20)."""
+        return paginated_response(
+            request=request,
+            view=self,
+            queryset=file_list(user=request.user, conversation_id=conversation_id),
+            serializer_class=FileOutput,
+            pagination_class=PawPagination,
+        )
 
     @extend_schema(
         operation_id="files_upload",

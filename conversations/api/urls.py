@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from conversations.api import approvals, artifacts, conversations, events, files, runs
+from conversations.api import approvals, artifacts, conversations, events, exports, files, runs
 
 urlpatterns = [
     path("conversations", conversations.ConversationListApi.as_view(), name="api-conversations"),
@@ -52,6 +52,11 @@ urlpatterns = [
         events.EventListApi.as_view(),
         name="api-events",
     ),
+    path(
+        "conversations/<uuid:conversation_id>/export",
+        exports.ConversationExportApi.as_view(),
+        name="api-conversation-export",
+    ),
     path("conversations/<uuid:conversation_id>/runs", runs.RunListApi.as_view(), name="api-runs"),
     path(
         "conversations/<uuid:conversation_id>/runs/<uuid:run_id>",
@@ -68,6 +73,7 @@ urlpatterns = [
         approvals.ApprovalListApi.as_view(),
         name="api-approvals",
     ),
+    path("sql/ask", runs.SqlAskApi.as_view(), name="api-sql-ask"),
     path(
         "approvals/<uuid:approval_id>/decision",
         approvals.ApprovalDecisionApi.as_view(),

@@ -11,7 +11,7 @@ from uuid import UUID
 from accounts.models import User
 from conversations.models import ConversationFile
 from conversations.selectors.conversations import conversation_get
-from conversations.workspaces import workspace_files, workspace_open
+from conversations.selectors.workspaces import workspace_files, workspace_open
 from paw_project.errors import NotFound
 
 # Types a browser may show inline (``?inline=1``): raster images only, never SVG or HTML,
@@ -91,7 +91,7 @@ def artifact_open(*, user: User, conversation_id: UUID | str, path: str) -> Open
 
     Raises ``NotFound`` (404) for another user's conversation and for any path that must not
     be served: ``..``, absolute, private (dot parts), missing, not a regular file, or a
-    symlink leading outside the workspace (see ``conversations.workspaces``).
+    symlink leading outside the workspace (see ``conversations.selectors.workspaces``).
     """
     conversation = conversation_get(user=user, conversation_id=conversation_id)
     opened = workspace_open(conversation.id, path)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from uuid import UUID
 
+from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db.models import OuterRef, QuerySet, Subquery
 
 from accounts.models import User
@@ -39,16 +41,21 @@ def conversation_active_run_id(conversation: Conversation) -> UUID | None:
     )
 
 
-def conversation_get(*, user: User, conversation_id: UUID | str) -> Conversation:
-    """The user's conversation ``conversation_id``.
+def conversation_get(
+    *, user: User, conversation_id: UUID | str, for_update: bool = False
+) -> Conversation:
+    """The user's conversation ``conversation_id`` (``for_update``: row-locked until the
+    surrounding transaction ends).
 
     Raises ``NotFound`` (404) when it does not exist or belongs to someone else (one answer
     for both, so ids of other people's conversations cannot be probed) or the id is not a
-    UUID. The lookup every conversation-scoped endpoint starts with.
+    UUID. The lookup every conversation-scoped endpoint, service and the websocket start
+    with.
     """
+    conversations = Conversation.objects.select_for_update() if for_update else Conversation.objects
     try:
-        return Conversation.objects.get(pk=conversation_id, user=user)
-    except (Conversation.DoesNotExist, ValueError, TypeError) as error:
+        return conversations.get(pk=conversation_id, user=user)
+    except (Conversation.DoesNotExist, ValidationError, ValueError, TypeError) as error:
         raise NotFound("No such conversation.", code="not_found") from error
 
 
@@ -57,3 +64,9 @@ def conversation_history(*, user: User, conversation_id: UUID | str) -> QuerySet
     :func:`conversation_get`."""
     conversation = conversation_get(user=user, conversation_id=conversation_id)
     return Run.objects.filter(conversation=conversation).order_by("created_at", "id")
+
+
+def approval_timeout_of(conversation: Conversation) -> int:
+    """Seconds an approval of ``conversation`` waits for its answer: its own
+    ``approval_timeout_seconds``, else the server default ``PAW_APPROVAL_TIMEOUT_SECONDS``."""
+    return conversation.approval_timeout_seconds or settings.PAW_APPROVAL_TIMEOUT_SECONDS

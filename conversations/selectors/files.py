@@ -11,7 +11,7 @@ from accounts.models import User
 from conversations.models import Conversation, ConversationFile
 from conversations.selectors.artifacts import OpenArtifact, content_type_for
 from conversations.selectors.conversations import conversation_get
-from conversations.workspaces import workspace_open, workspace_path
+from conversations.selectors.workspaces import workspace_open, workspace_path
 from paw_project.errors import NotFound
 
 
@@ -52,7 +52,7 @@ def file_get(*, user: User, conversation_id: UUID | str, file_id: UUID | str) ->
 def file_open(*, user: User, conversation_id: UUID | str, file_id: UUID | str) -> OpenArtifact:
     """Open an uploaded file for download (its current bytes in the workspace). Raises
     ``NotFound`` like :func:`file_get`, and when the file is gone from the workspace or was
-    replaced by something that must not be served (see ``conversations.workspaces``)."""
+    replaced by something that must not be served (see ``conversations.selectors.workspaces``)."""
     upload = file_get(user=user, conversation_id=conversation_id, file_id=file_id)
     opened = workspace_open(upload.conversation_id, upload.name)
     if opened is None:

@@ -1,13 +1,19 @@
-"""Reads of runs and approvals, always scoped to the requesting user."""
+"""Reads of runs and approvals: for people, always scoped to the requesting user; for the
+worker nodes and the reaper, by id (the last section)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from django.db.models import QuerySet
+from django.conf import settings
+from django.db.models import QuerySet, Sum
+from django.db.models.fields.json import KT
+from django.db.models.functions import Length
 
-from conversations.models import Approval, Run
+from conversations.models import Approval, Conversation, Run, RunEvent
 from conversations.selectors.conversations import conversation_get
 from paw_project.errors import NotFound
 
@@ -27,6 +33,48 @@ def run_get(*, user: Any, conversation_id: UUID | str, run_id: UUID | str) -> Ru
     return run
 
 
+@dataclass(frozen=True)
+class RunVersions:
+    """Where a run stands among the versions of its turn: ``version`` (1 for the first),
+    ``versions`` (the ids of every version of the turn, oldest first), ``replaced_by``
+    (the id of the next version, or ``None`` for the newest)."""
+
+    version: int
+    versions: list[UUID]
+    replaced_by: UUID | None
+
+
+def run_versions(*, conversation_id: UUID) -> dict[UUID, RunVersions]:
+    """The versions of every run of the conversation (one query of ids): run id →
+    :class:`RunVersions`. A run that replaces none and is replaced by none is version 1
+    of 1."""
+    replaces_of = dict(
+        Run.objects.filter(conversation_id=conversation_id).values_list("id", "replaces_id")
+    )
+    next_of = {earlier: later for later, earlier in replaces_of.items() if earlier is not None}
+    out: dict[UUID, RunVersions] = {}
+    for run_id, earlier in replaces_of.items():
+        if earlier is not None and earlier in replaces_of:
+            continue  # not the first version: done from its first one
+        chain = [run_id]
+        while chain[-1] in next_of:
+            chain.append(next_of[chain[-1]])
+        for index, member in enumerate(chain):
+            out[member] = RunVersions(
+                version=index + 1,
+                versions=chain,
+                replaced_by=chain[index + 1] if index + 1 < len(chain) else None,
+            )
+    return out
+
+
+def run_last(*, conversation_id: UUID) -> Run | None:
+    """The conversation's newest run (the last turn's newest version), or ``None``."""
+    return (
+        Run.objects.filter(conversation_id=conversation_id).order_by("-created_at", "-id").first()
+    )
+
+
 def approval_list(
     *, user: Any, conversation_id: UUID | str, status: str | None = None
 ) -> QuerySet[Approval]:
@@ -35,3 +83,101 @@ def approval_list(
     conversation = conversation_get(user=user, conversation_id=conversation_id)
     approvals = Approval.objects.filter(conversation=conversation).order_by("created_at", "id")
     return approvals.filter(status=status) if status else approvals
+
+
+# --- reads for the worker nodes and the reaper (not scoped to a user: never call them
+# with ids a person sent) ----------------------------------------------------------------
+
+
+def run_for_node(*, run_id: UUID) -> Run | None:
+    """The run ``run_id``, or ``None``."""
+    return Run.objects.filter(id=run_id).first()
+
+
+def run_cancel_requested(*, run_id: UUID) -> bool:
+    """Whether somebody asked for the run to stop (``Run.cancel_requested``)."""
+    return Run.objects.filter(id=run_id, cancel_requested=True).exists()
+
+
+def run_ids_active_on_nodes(*, nodes: list[str]) -> list[UUID]:
+    """The ids of the runs claimed by one of ``nodes`` that have not finished."""
+    return list(
+        Run.objects.filter(node__in=nodes, status__in=Run.ACTIVE_STATUSES).values_list(
+            "id", flat=True
+        )
+    )
+
+
+def runs_queued_before(*, cutoff: datetime) -> list[tuple[UUID, UUID]]:
+    """``(run id, conversation id)`` of the runs still ``queued`` that were created at or
+    before ``cutoff``."""
+    return list(
+        Run.objects.filter(status=Run.Status.QUEUED, created_at__lte=cutoff).values_list(
+            "id", "conversation_id"
+        )
+    )
+
+
+def waiting_counts() -> dict[str, int]:
+    """What waits now, across every node: ``{"runs_queued": int, "approvals_pending":
+    int}`` (two indexed counts; read at each metrics scrape)."""
+    return {
+        "runs_queued": Run.objects.filter(status=Run.Status.QUEUED).count(),
+        "approvals_pending": Approval.objects.filter(status=Approval.Status.PENDING).count(),
+    }
+
+
+def approval_for_node(*, approval_id: UUID) -> Approval | None:
+    """The approval ``approval_id``, or ``None``."""
+    return Approval.objects.filter(id=approval_id).first()
+
+
+def approval_ids_due(*, node: str, now: datetime, limit: int = 100) -> list[UUID]:
+    """Up to ``limit`` pending approvals of runs on ``node`` whose deadline is past."""
+    return list(
+        Approval.objects.filter(
+            status=Approval.Status.PENDING, expires_at__lte=now, run__node=node
+        ).values_list("id", flat=True)[:limit]
+    )
+
+
+def conversation_exists(*, conversation_id: UUID) -> bool:
+    """Whether the conversation still exists (it may be deleted while its sandbox runs)."""
+    return Conversation.objects.filter(id=conversation_id).exists()
+
+
+def conversation_turns(
+    *, conversation_id: UUID, limit: int, exclude_run: UUID | None = None
+) -> list[dict[str, str]]:
+    """The conversation's last ``limit`` finished turns since its memory was last reset,
+    oldest first: ``[{"prompt": str, "answer": str}]`` (what a new sandbox is seeded
+    with). A run another one replaced (an edited or regenerated turn) is not among them."""
+    conversation = Conversation.objects.only("memory_since").get(id=conversation_id)
+    runs = Run.objects.filter(
+        conversation_id=conversation_id, status=Run.Status.DONE, replaced_by__isnull=True
+    ).exclude(answer="")
+    if exclude_run is not None:
+        runs = runs.exclude(id=exclude_run)
+    if conversation.memory_since is not None:
+        runs = runs.filter(created_at__gte=conversation.memory_since)
+    turns = list(runs.order_by("-created_at").values("prompt", "answer")[:limit])
+    return [{"prompt": t["prompt"], "answer": t["answer"]} for t in reversed(turns)]
+
+
+def run_model_traffic(*, run: Run) -> tuple[int, int]:
+    """What PAW knows a run exchanged with the model, in characters: ``(sent, streamed)``.
+    ``sent``: its prompt and the earlier turns of its conversation the runtime holds in
+    its memory (the last ``PAW_HISTORY_TURNS // 2`` exchanges since the memory was reset,
+    as the sandbox is seeded: ``sandboxes.launch.memory_exchanges``); ``streamed``: the text
+    of its stored ``delta`` events. What a run that reported no usage is billed on
+    (``runs.run_finish``)."""
+    turns = conversation_turns(
+        conversation_id=run.conversation_id,
+        limit=settings.PAW_HISTORY_TURNS // 2,
+        exclude_run=run.id,
+    )
+    sent = len(run.prompt) + sum(len(t["prompt"]) + len(t["answer"]) for t in turns)
+    streamed = RunEvent.objects.filter(run_id=run.id, type="delta").aggregate(
+        chars=Sum(Length(KT("payload__text")))
+    )["chars"]
+    return sent, streamed or 0

@@ -7,8 +7,9 @@ misses nothing (the rule the websocket ``resume`` relies on).
 
 Live messages go to the channel-layer group ``conversation.<id>``:
 
-- ``{"type": "conversation.events", "events": [{"cursor", "run_id", "event"}, ...]}``:
-  stored events, in cursor order (a consumer sends each as a ``run.event``);
+- ``{"type": "conversation.events", "events": [{"cursor", "run_id", "event"}, ...],
+  "sent_at": <epoch seconds>}``: stored events, in cursor order (a consumer sends each as
+  a ``run.event``; ``sent_at`` measures the relay's send→client lag);
 - ``{"type": "conversation.message", "message": {...}}``: a message sent as is
   (``run.status``, ``agent_confirm_request``, ``agent_confirm_resolved``, ``error``).
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,9 +28,15 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from conversations.models import Conversation, Run, RunEvent
+from conversations.selectors.messages import event_message, run_status_message
+from conversations.services.live_status import conversation_changed_publish
 from paw_project import broadcast
 
 logger = logging.getLogger(__name__)
+
+
+class ConversationGone(Conversation.DoesNotExist):
+    """The conversation events were stored for no longer exists (deleted mid-run)."""
 
 
 @dataclass(frozen=True)
@@ -55,7 +63,7 @@ def _cursor_block(conversation_id: UUID, count: int) -> int:
         )
         row = cursor.fetchone()
     if row is None:
-        raise Conversation.DoesNotExist(f"conversation {conversation_id} does not exist")
+        raise ConversationGone(f"conversation {conversation_id} does not exist")
     return row[0]
 
 
@@ -75,12 +83,14 @@ _COPY_COLUMNS = ("conversation_id", "run_id", "cursor", "type", "kind", "payload
 
 
 def events_append(*, conversation_id: UUID, drafts: Sequence[EventDraft]) -> list[StoredEvent]:
-    """Store ``drafts`` as events of the conversation, in order, with new cursors.
+    """Store ``drafts`` as events of the conversation, in order, with new cursors, and
+    send them to the conversation's live group once the transaction commits (one
+    channel-layer message for the lot).
 
     Runs inside the caller's transaction (or its own). On PostgreSQL the rows go in with
     one ``COPY`` (the pipeline's hot path: the ORM's per-row cost dominated it); on SQLite
-    through the ORM. Returns the stored events. Raises ``Conversation.DoesNotExist`` if
-    the conversation is gone.
+    through the ORM. Returns the stored events. Raises :class:`ConversationGone` if the
+    conversation is gone.
     """
     if not drafts:
         return []
@@ -118,24 +128,22 @@ def events_append(*, conversation_id: UUID, drafts: Sequence[EventDraft]) -> lis
                 )
                 for e in events
             )
+        transaction.on_commit(
+            lambda: _safe(_events_publish, conversation_id=conversation_id, events=events)
+        )
     return events
 
 
-def event_message(event: RunEvent | StoredEvent) -> dict[str, Any]:
-    """The client form of a stored event: ``{"cursor", "run_id", "event"}``."""
-    return {
-        "cursor": event.cursor,
-        "run_id": str(event.run_id) if event.run_id else None,
-        "event": event.payload,
-    }
-
-
-def events_publish(*, conversation_id: UUID, events: Sequence[RunEvent | StoredEvent]) -> None:
-    """Send stored events to the conversation's live group (call after commit)."""
+def _events_publish(*, conversation_id: UUID, events: Sequence[RunEvent | StoredEvent]) -> None:
+    """Send stored events to the conversation's live group (after commit)."""
     if events:
         broadcast.group_send(
             broadcast.conversation_group(conversation_id),
-            {"type": "conversation.events", "events": [event_message(e) for e in events]},
+            {
+                "type": "conversation.events",
+                "events": [event_message(e) for e in events],
+                "sent_at": time.time(),
+            },
         )
 
 
@@ -156,26 +164,16 @@ def conversation_deleted_publish(*, conversation_id: UUID) -> None:
     )
 
 
-def run_status_message(run: Run) -> dict[str, Any]:
-    """The ``run.status`` message for a run's current state."""
-    return {
-        "type": "run.status",
-        "run_id": str(run.id),
-        "status": run.status,
-        "errors": run.errors,
-        "model": run.model,
-        "provider": run.provider,
-        "usage": run.usage,
-        "created_at": run.created_at.isoformat(),
-        "started_at": run.started_at.isoformat() if run.started_at else None,
-        "finished_at": run.finished_at.isoformat() if run.finished_at else None,
-    }
-
-
 def run_status_publish(run: Run) -> None:
-    """Publish ``run.status`` for ``run`` once the current transaction commits."""
-    message = run_status_message(run)
-    conversation_id = run.conversation_id
+    """Publish ``run.status`` for ``run`` once the current transaction commits (and the
+    conversation's new state to its owner's sidebar, ``live_status``)."""
+    message_publish_on_commit(conversation_id=run.conversation_id, message=run_status_message(run))
+    conversation_changed_publish(conversation_id=run.conversation_id)
+
+
+def message_publish_on_commit(*, conversation_id: UUID, message: dict[str, Any]) -> None:
+    """Send ``message`` to the conversation's live group once the current transaction
+    commits (at once outside one); a failure is logged, never raised."""
     transaction.on_commit(
         lambda: _safe(message_publish, conversation_id=conversation_id, message=message)
     )
@@ -189,14 +187,10 @@ def notice_append(
     Payload: ``{"type": "notice", "level", "code", "message"}``.
     """
     payload = {"type": "notice", "level": level, "code": code, "message": message}
-    with transaction.atomic():
-        (event,) = events_append(
-            conversation_id=conversation_id,
-            drafts=[EventDraft(run_id=run_id, type="notice", kind=code, payload=payload)],
-        )
-        transaction.on_commit(
-            lambda: _safe(events_publish, conversation_id=conversation_id, events=[event])
-        )
+    (event,) = events_append(
+        conversation_id=conversation_id,
+        drafts=[EventDraft(run_id=run_id, type="notice", kind=code, payload=payload)],
+    )
     return event
 
 

@@ -15,8 +15,9 @@ from accounts.models import User
 from conversations.models import Conversation, ConversationFile
 from conversations.selectors.artifacts import content_type_for
 from conversations.selectors.files import file_get, uploads_gone
+from conversations.selectors.workspaces import workspace_path
+from conversations.services.workspaces import workspace_ensure
 from conversations.uploads import StagedUpload
-from conversations.workspaces import workspace_ensure, workspace_path
 from paw_project.errors import Conflict, NotFound
 
 # Leaves room under the usual 255-byte file name limit for a " (999)" suffix.

@@ -11,17 +11,25 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from billing.services import budget_check_start, usage_normalize, usage_record
+from billing.services import budget_check_start, usage_estimate, usage_normalize, usage_record
 from conversations.models import Conversation, Run, RunEvent
+from conversations.selectors import runs as run_selectors
+from conversations.selectors.conversations import conversation_get
 from conversations.services.approvals import approvals_cancel_for_run
+from conversations.services.attachments import attachments_validate, attachments_vision_check
+from conversations.services.conversations import conversation_create
 from conversations.services.events import run_status_publish
+from paw_project import metrics
 from paw_project.errors import Conflict, InvalidRequest, NotFound
+from sandboxes.enqueue import run_cancel_enqueue, run_execute_enqueue
+from secrets_vault.services import datasources_available, datasources_validate, provider_resolve
 
 logger = logging.getLogger(__name__)
 
@@ -46,13 +54,38 @@ def error_entry(code: str, message: str) -> dict[str, str]:
     return {"code": code, "message": message}
 
 
-def conversation_for_user(*, user: Any, conversation_id: UUID | str) -> Conversation:
-    """The user's conversation, or :class:`NotFound` (also for another user's one and for
-    a malformed id)."""
-    try:
-        return Conversation.objects.get(id=UUID(str(conversation_id)), user=user)
-    except (ValueError, Conversation.DoesNotExist):
-        raise NotFound("No such conversation.") from None
+@dataclass(frozen=True)
+class RunPlan:
+    """The validated choices a run is created with: provider name, model name, the
+    slugs of the datasources it may query, and whether the model accepts images."""
+
+    provider: str
+    model: str
+    datasources: list[str]
+    vision: bool = False
+
+
+def run_plan(
+    *, user: Any, conversation: Conversation, llm_provider: str | None, llm_model: str | None,
+    datasources: list[str],
+) -> RunPlan:  # fmt: skip
+    """Validate a run's provider, model and datasources before it is created (provider
+    precedence and activation: ``secrets_vault.services.provider_resolve``).
+
+    Raises :class:`InvalidRequest` with the reason: ``no_provider``, ``unknown_provider``,
+    ``provider_inactive``, ``unknown_model``, ``unknown_datasource``.
+    """
+    choice = provider_resolve(
+        user=user, conversation=conversation, llm_provider=llm_provider, llm_model=llm_model
+    )
+    slugs = datasources_validate(slugs=datasources)
+    return RunPlan(
+        provider=choice.name, model=choice.model, datasources=slugs, vision=choice.vision
+    )
+
+
+#: The tools of a run started by ``POST /api/sql/ask`` (:func:`sql_ask`).
+SQL_TOOLS = ("run_sql", "search_knowledge", "ask_user")
 
 
 def run_start(
@@ -63,23 +96,34 @@ def run_start(
     llm_provider: str | None = None,
     llm_model: str | None = None,
     datasources: Sequence[str] | None = None,
+    kind: str = Run.Kind.CHAT,
+    tools: Sequence[str] = (),
+    replaces: Run | None = None,
+    attachments: Sequence[str] = (),
 ) -> Run:
     """Create a ``queued`` run and hand it to a worker once committed.
 
     ``prompt``: 1–100,000 characters. ``llm_provider``/``llm_model`` override the
-    conversation's default; ``datasources`` are slugs the run may query.
+    conversation's default; ``datasources`` are slugs the run may query (None: the
+    conversation's ``datasources``, less any disabled since; ``[]``: none); ``tools``, when
+    given, the only tools it may use (``kind`` ``sql``: :func:`sql_ask`); ``replaces``, the
+    run it is a new version of (:func:`run_replace` checks that it may be);
+    ``attachments``, images of the workspace sent to the model with the prompt
+    (``conversations.services.attachments``: PNG, JPEG or WebP, each at most
+    ``PAW_MAX_IMAGE_BYTES``, for a model that accepts images).
 
     An untitled conversation takes its title from the prompt (:func:`title_from_prompt`).
 
     Raises :class:`NotFound` (not the user's conversation), :class:`InvalidRequest`
-    (empty prompt, unknown provider/model/datasource, no active provider),
-    :class:`BudgetExhausted` (402: the monthly token budget is used up) and
+    (empty prompt, unknown provider/model/datasource, no active provider; attachments:
+    ``attachment_not_found``, ``attachment_not_image``, ``attachment_too_large``,
+    ``too_many_attachments``, ``model_without_vision``),
+    :class:`BudgetExhausted` (402: the monthly token budget is used up; never for the
+    offline demo's provider) and
     :class:`Conflict` with code ``run_active`` (409: another run of the conversation is
     queued or running; a partial unique constraint makes this hold under races).
     """
-    from sandboxes.services import run_enqueue, run_plan
-
-    conversation = conversation_for_user(user=user, conversation_id=conversation_id)
+    conversation = conversation_get(user=user, conversation_id=conversation_id)
     prompt = (prompt or "").strip()
     if not prompt:
         raise InvalidRequest("The prompt is empty.", code="empty_prompt")
@@ -87,14 +131,23 @@ def run_start(
         raise InvalidRequest(
             f"The prompt is longer than {MAX_PROMPT_CHARS} characters.", code="prompt_too_long"
         )
-    budget_check_start(user_id=user.pk)
+    images = attachments_validate(conversation_id=conversation.id, attachments=attachments)
     plan = run_plan(
         user=user,
         conversation=conversation,
         llm_provider=llm_provider,
         llm_model=llm_model,
-        datasources=list(datasources or []),
+        datasources=(
+            list(datasources)
+            if datasources is not None
+            else datasources_available(slugs=list(conversation.datasources or []))
+        ),
     )
+    attachments_vision_check(
+        attachments=images, vision=plan.vision, provider=plan.provider, model=plan.model
+    )
+    # After the plan: a run of the offline demo is never refused for a budget.
+    budget_check_start(user_id=user.pk, provider=plan.provider)
     try:
         with transaction.atomic():
             run = Run.objects.create(
@@ -104,6 +157,10 @@ def run_start(
                 provider=plan.provider,
                 model=plan.model,
                 datasources=plan.datasources,
+                kind=kind,
+                tools=list(tools),
+                replaces=replaces,
+                attachments=images,
             )
             Conversation.objects.filter(id=conversation.id).update(last_activity_at=run.created_at)
             # An untitled conversation is named after its first prompt (the sidebar's label).
@@ -112,16 +169,138 @@ def run_start(
             )
             # Hand the run to a worker first, then tell the tabs: the run's start waits on
             # the first, nobody waits on the second.
-            transaction.on_commit(lambda: run_enqueue(run_id=run.id))
+            transaction.on_commit(
+                lambda: run_execute_enqueue(run_id=run.id, conversation_id=conversation.id)
+            )
             run_status_publish(run)
+            transaction.on_commit(metrics.run_started)
     except IntegrityError:
         if Run.objects.filter(conversation=conversation, status__in=Run.ACTIVE_STATUSES).exists():
             raise Conflict(
                 "Another run of this conversation is still active; wait for it or cancel it.",
                 code="run_active",
             ) from None
+        if replaces is not None and Run.objects.filter(replaces=replaces).exists():
+            raise _not_last_turn() from None  # another new version came first
         raise
     return run
+
+
+def _not_last_turn() -> Conflict:
+    return Conflict(
+        "Only the last turn of a conversation can be edited or regenerated.",
+        code="not_last_turn",
+    )
+
+
+def run_replace(
+    *,
+    user: Any,
+    conversation_id: UUID | str,
+    run_id: UUID | str,
+    prompt: str | None = None,
+    llm_provider: str | None = None,
+    llm_model: str | None = None,
+    datasources: Sequence[str] | None = None,
+    attachments: Sequence[str] | None = None,
+) -> Run:
+    """Answer the conversation's last turn anew: a new ``queued`` run that replaces it,
+    with ``prompt`` (an edited prompt) or, without one, the prompt of ``run_id`` again (a
+    regenerated answer). ``run_id`` is any version of the last turn (the one the person
+    looks at); the new run replaces the turn's newest version and becomes the next
+    version (``Run.replaces``). The replaced runs stay stored with their events and
+    artifacts, and are left out of the agent's memory: the node re-seeds the sandbox
+    without them before the new run (``sandboxes.services.run_execute``). The new run
+    keeps the turn's ``kind`` and ``tools`` (an SQL question stays one) and, when
+    ``datasources`` is None, a chat run takes the conversation's datasources as any new
+    prompt does, an SQL question its own. ``attachments`` None: the images ``run_id`` was
+    sent with go again (checked again: a file removed since is refused).
+
+    Raises :class:`NotFound` (not the user's conversation, or no such run in it),
+    :class:`Conflict` ``run_active`` (409: a run of the conversation is active; wait for
+    it or cancel it) or ``not_last_turn`` (409: the run is not a version of the last
+    turn), and what :func:`run_start` raises (400 ``empty_prompt``, ``prompt_too_long``,
+    a provider or datasource refused, 402 ``budget_exhausted``).
+    """
+    try:
+        run_uuid = UUID(str(run_id))
+    except ValueError:
+        raise NotFound("No such run.") from None
+    with transaction.atomic():
+        # The conversation's row lock orders two edits of one turn sent at once.
+        conversation = conversation_get(user=user, conversation_id=conversation_id, for_update=True)
+        target = Run.objects.filter(id=run_uuid, conversation=conversation).first()
+        if target is None:
+            raise NotFound("No such run.")
+        if Run.objects.filter(conversation=conversation, status__in=Run.ACTIVE_STATUSES).exists():
+            raise Conflict(
+                "A run of this conversation is still active; wait for it or cancel it.",
+                code="run_active",
+            )
+        versions = run_selectors.run_versions(conversation_id=conversation.id)[target.id]
+        newest = versions.versions[-1]
+        last = run_selectors.run_last(conversation_id=conversation.id)
+        if last is None or last.id != newest:
+            raise _not_last_turn()
+        if datasources is None and target.kind == Run.Kind.SQL:
+            datasources = list(target.datasources)
+        return run_start(
+            user=user,
+            conversation_id=conversation.id,
+            prompt=target.prompt if prompt is None else prompt,
+            llm_provider=llm_provider,
+            llm_model=llm_model,
+            datasources=datasources,
+            kind=target.kind,
+            tools=target.tools,
+            replaces=last,
+            attachments=list(target.attachments) if attachments is None else attachments,
+        )
+
+
+def sql_ask(
+    *,
+    user: Any,
+    datasource: str,
+    question: str,
+    conversation_id: UUID | str | None = None,
+    llm_provider: str | None = None,
+    llm_model: str | None = None,
+) -> Run:
+    """A question about one datasource, answered with SQL (``POST /api/sql/ask``): a run
+    of kind ``sql`` restricted to :data:`SQL_TOOLS` (paw-agent offers no other, and PAW
+    stops it at any other call), on ``datasource``, in the user's conversation
+    ``conversation_id`` or a new one (titled after the question, its ``datasources``
+    ``[datasource]`` so that later chat runs in it have the database). The finished run's
+    ``result`` holds its last query's rows (``run_effects``). Writing SQL still waits for
+    an approval.
+
+    Raises what :func:`run_start` raises (``unknown_datasource`` for an unknown or
+    disabled slug, 404 for another user's conversation, 409, 402 …); a refused question
+    leaves no new conversation behind.
+    """
+    slugs = datasources_validate(slugs=[datasource])
+    with transaction.atomic():
+        if conversation_id is None:
+            # The new conversation keeps the datasource: a follow-up asked in the chat
+            # (which names none) still works on it.
+            conversation_id = conversation_create(user=user, datasources=slugs).id
+        return run_start(
+            user=user,
+            conversation_id=conversation_id,
+            prompt=question,
+            llm_provider=llm_provider,
+            llm_model=llm_model,
+            datasources=slugs,
+            kind=Run.Kind.SQL,
+            tools=SQL_TOOLS,
+        )
+
+
+def run_result_record(*, run_id: UUID, result: dict[str, Any]) -> None:
+    """Keep ``result`` (see ``run_effects.sql_result_of``) as the run's ``result``, while
+    the run is active (a finished run never changes)."""
+    Run.objects.filter(id=run_id, status__in=Run.ACTIVE_STATUSES).update(result=result)
 
 
 def run_cancel(*, user: Any, conversation_id: UUID | str, run_id: UUID | str) -> Run:
@@ -132,9 +311,7 @@ def run_cancel(*, user: Any, conversation_id: UUID | str, run_id: UUID | str) ->
     Raises :class:`NotFound` (not the user's run) and :class:`Conflict` with code
     ``run_finished`` when the run has already finished.
     """
-    from sandboxes.services import run_cancel_dispatch
-
-    conversation = conversation_for_user(user=user, conversation_id=conversation_id)
+    conversation = conversation_get(user=user, conversation_id=conversation_id)
     try:
         run_uuid = UUID(str(run_id))
     except ValueError:
@@ -150,7 +327,8 @@ def run_cancel(*, user: Any, conversation_id: UUID | str, run_id: UUID | str) ->
             _finish(run, status=Run.Status.CANCELLED, errors=[])
         else:
             run.save(update_fields=["cancel_requested"])
-            transaction.on_commit(lambda: run_cancel_dispatch(run_id=run.id))
+            if run.node:
+                transaction.on_commit(lambda: run_cancel_enqueue(run_id=run.id, node=run.node))
     return run
 
 
@@ -202,22 +380,65 @@ def run_finish(
     ``usage``: ``{"input", "output", "rounds", "estimated"}`` (tokens, tokens, model
     calls). Without it (the run ended without a ``result``: the sandbox died, the worker
     was lost) the run is billed for the last running totals it reported (its latest
-    stored ``notify usage`` event), or zero.
+    stored ``notify usage`` event). A run that used the model (:func:`_reached_model`,
+    :func:`_used_model`) but
+    whose runtime reported no tokens at all is billed an estimate from its prompt, the
+    history it carried and the text it streamed (``billing.services.usage_estimate``,
+    flagged ``estimated``): no run that used the model is billed zero.
 
     A run already finished is left as it is (returns it unchanged): the first finish
     wins, which makes retries and races with the reaper harmless and bills a run exactly
     once. Returns ``None`` when the run does not exist.
+
+    A cancel, once accepted (``cancel_requested``), ends the run ``cancelled`` whatever
+    the runtime made of it: a run that went on to finish ``done`` anyway (a runtime that
+    missed the cancel), or whose sandbox ended (``sandbox_exited``: killed because it did
+    not stop), is ``cancelled``; its answer and errors are kept.
     """
     with transaction.atomic():
         run = Run.objects.select_for_update().filter(id=run_id).first()
         if run is None or not run.is_active:
             return run
+        if run.cancel_requested and (
+            status == Run.Status.DONE
+            or (
+                status == Run.Status.ERROR and {e.get("code") for e in errors} == {"sandbox_exited"}
+            )
+        ):
+            status = Run.Status.CANCELLED
         if model:
             run.model = model[:200]
         run.answer = answer
         run.usage = usage_normalize(usage if usage is not None else _reported_usage(run.id))
+        if run.usage["input"] + run.usage["output"] == 0 and _reached_model(run):
+            sent, streamed = run_selectors.run_model_traffic(run=run)
+            if _used_model(errors, streamed_chars=streamed):
+                run.usage = usage_estimate(
+                    sent_chars=sent, streamed_chars=streamed, rounds=run.usage["rounds"]
+                )
         _finish(run, status=status, errors=list(errors))
     return run
+
+
+#: Result error codes of a model call that failed for good (paw-agent: ``auth``, HTTP
+#: 401/403 at once; ``unknown``, a call that failed after its retries).
+MODEL_FAILURE_CODES = frozenset({"auth", "unknown"})
+
+
+def _reached_model(run: Run) -> bool:
+    """Whether an active run got as far as the model: its runtime acknowledged it
+    (``running``: it sends the prompt to the model right after)."""
+    return run.status == Run.Status.RUNNING or run.started_at is not None
+
+
+def _used_model(errors: Sequence[dict[str, str]], *, streamed_chars: int) -> bool:
+    """Whether a run that reached the model used it: not when the provider refused the
+    credentials (``auth``), nor when a model call failed for good (``unknown``) before
+    any text was streamed: the provider answered nothing, so nothing was used."""
+    codes = {e.get("code") for e in errors if isinstance(e, dict)}
+    if "auth" in codes:
+        return False
+    return streamed_chars > 0 or not codes & MODEL_FAILURE_CODES
 
 
 def _reported_usage(run_id: UUID) -> dict[str, Any] | None:
@@ -250,3 +471,8 @@ def _finish(run: Run, *, status: str, errors: list[dict[str, str]]) -> None:
     # A question nobody can answer any more is closed with the run.
     approvals_cancel_for_run(run_id=run.id)
     run_status_publish(run)
+    transaction.on_commit(
+        lambda: metrics.run_finished(
+            status=status, errors=errors, created_at=run.created_at, finished_at=run.finished_at
+        )
+    )

@@ -8,6 +8,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from paw_project.api import list_output
 from secrets_vault.selectors import datasource_list
 
 
@@ -23,11 +24,7 @@ class DatasourceOutput(serializers.Serializer):
 class DatasourceListApi(APIView):
     """``GET /api/datasources``: the enabled datasources a run may be given."""
 
-    class OutputSerializer(serializers.Serializer):
-        class Meta:
-            ref_name = "DatasourceListOutput"
-
-        datasources = DatasourceOutput(many=True)
+    OutputSerializer = list_output(key="datasources", item=DatasourceOutput, ref_name="DatasourceListOutput")
 
     @extend_schema(responses=OutputSerializer, summary="List the datasources runs may use")
     def get(self, request: Request) -> Response:

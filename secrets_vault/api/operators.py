@@ -1,5 +1,6 @@
 """Staff-only endpoints for operators' automation (``IsAdminUser``): secrets (names and
-dates on read, values only in) and datasources (full CRUD, connection test)."""
+dates on read, values only in) and datasources (full CRUD, connection test; their
+knowledge: ``secrets_vault.api.knowledge``)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from paw_project.api import JsonTypedSerializer, list_output
 from paw_project.errors import InvalidRequest, NotFound
 from secrets_vault.models import Datasource, Secret
 from secrets_vault.selectors import datasource_list, secret_list_all
@@ -60,7 +62,7 @@ class AdminSecretListApi(APIView):
 
     permission_classes = (IsAdminUser,)
 
-    class InputSerializer(serializers.Serializer):
+    class InputSerializer(JsonTypedSerializer):
         class Meta:
             ref_name = "AdminSecretListInput"
 
@@ -70,11 +72,7 @@ class AdminSecretListApi(APIView):
         value = serializers.CharField(trim_whitespace=False, allow_blank=True)
         description = serializers.CharField(max_length=500, required=False, allow_blank=True)
 
-    class OutputSerializer(serializers.Serializer):
-        class Meta:
-            ref_name = "AdminSecretListOutput"
-
-        secrets = AdminSecretOutput(many=True)
+    OutputSerializer = list_output(key="secrets", item=AdminSecretOutput, ref_name="AdminSecretListOutput")
 
     @extend_schema(
         responses=OutputSerializer,
@@ -104,7 +102,7 @@ class AdminSecretDetailApi(APIView):
 
     permission_classes = (IsAdminUser,)
 
-    class InputSerializer(serializers.Serializer):
+    class InputSerializer(JsonTypedSerializer):
         class Meta:
             ref_name = "AdminSecretUpdateInput"
 
@@ -138,12 +136,22 @@ class AdminDatasourceOutput(serializers.Serializer):
     connection = serializers.JSONField()
     read_only = serializers.BooleanField()
     enabled = serializers.BooleanField()
+    allowed_hosts = serializers.ListField(child=serializers.CharField())
     env = serializers.CharField(source="env_name")
+    schema_requested_at = serializers.DateTimeField(
+        allow_null=True, help_text="When a schema refresh was last asked for."
+    )
+    schema_refreshed_at = serializers.DateTimeField(
+        allow_null=True, help_text="When the schema entries were last harvested."
+    )
+    schema_error = serializers.CharField(
+        help_text="Why the last schema refresh failed (the database's error), or empty."
+    )
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
 
 
-class AdminDatasourceInput(serializers.Serializer):
+class AdminDatasourceInput(JsonTypedSerializer):
     """Datasource fields; ``partial=True`` for PATCH."""
 
     slug = serializers.CharField(max_length=63)
@@ -153,9 +161,13 @@ class AdminDatasourceInput(serializers.Serializer):
     connection = serializers.JSONField(required=False)
     read_only = serializers.BooleanField(required=False)
     enabled = serializers.BooleanField(required=False)
+    allowed_hosts = serializers.ListField(
+        child=serializers.CharField(max_length=260), required=False, max_length=20,
+        help_text="More destinations an isolated sandbox may reach when a run uses it.",
+    )  # fmt: skip
 
 
-def _datasource_or_404(slug: str) -> Datasource:
+def datasource_or_404(slug: str) -> Datasource:
     datasource = datasource_list(enabled_only=False).filter(slug=slug).first()
     if datasource is None:
         raise NotFound(f"No datasource '{slug}'.", code="datasource_not_found")
@@ -168,11 +180,7 @@ class AdminDatasourceListApi(APIView):
 
     permission_classes = (IsAdminUser,)
 
-    class OutputSerializer(serializers.Serializer):
-        class Meta:
-            ref_name = "AdminDatasourceListOutput"
-
-        datasources = AdminDatasourceOutput(many=True)
+    OutputSerializer = list_output(key="datasources", item=AdminDatasourceOutput, ref_name="AdminDatasourceListOutput")
 
     @extend_schema(responses=OutputSerializer, operation_id="admin_datasources_list")
     def get(self, request: Request) -> Response:
@@ -194,18 +202,18 @@ class AdminDatasourceDetailApi(APIView):
 
     @extend_schema(responses=AdminDatasourceOutput)
     def get(self, request: Request, slug: str) -> Response:
-        return Response(AdminDatasourceOutput(_datasource_or_404(slug)).data)
+        return Response(AdminDatasourceOutput(datasource_or_404(slug)).data)
 
     @extend_schema(request=AdminDatasourceInput, responses=AdminDatasourceOutput)
     def patch(self, request: Request, slug: str) -> Response:
         data = AdminDatasourceInput(data=request.data, partial=True)
         data.is_valid(raise_exception=True)
-        datasource = datasource_update(datasource=_datasource_or_404(slug), **data.validated_data)
+        datasource = datasource_update(datasource=datasource_or_404(slug), **data.validated_data)
         return Response(AdminDatasourceOutput(datasource).data)
 
     @extend_schema(responses={204: None})
     def delete(self, request: Request, slug: str) -> Response:
-        datasource_delete(datasource=_datasource_or_404(slug))
+        datasource_delete(datasource=datasource_or_404(slug))
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -224,5 +232,5 @@ class AdminDatasourceTestApi(APIView):
 
     @extend_schema(request=None, responses=OutputSerializer)
     def post(self, request: Request, slug: str) -> Response:
-        result = datasource_test(datasource=_datasource_or_404(slug), user=request.user)
+        result = datasource_test(datasource=datasource_or_404(slug), user=request.user)
         return Response(self.OutputSerializer(result).data)

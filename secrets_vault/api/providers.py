@@ -8,6 +8,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from paw_project.api import JsonTypedSerializer, list_output
 from secrets_vault.selectors import provider_list, provider_preference_get
 from secrets_vault.services import provider_default_set
 
@@ -21,17 +22,19 @@ class ProviderOutput(serializers.Serializer):
     reason_if_inactive = serializers.CharField()
     default_model = serializers.CharField()
     models = serializers.ListField(child=serializers.CharField())
+    vision_models = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="Those of `models` that accept images (a run's `attachments`).",
+    )
 
 
 class ProviderListApi(APIView):
     """``GET /api/providers``: every provider with whether it is active for the caller
     (and why not), its default model and models (live list, cached)."""
 
-    class OutputSerializer(serializers.Serializer):
-        class Meta:
-            ref_name = "ProviderListOutput"
-
-        providers = ProviderOutput(many=True)
+    OutputSerializer = list_output(
+        key="providers", item=ProviderOutput, ref_name="ProviderListOutput"
+    )
 
     @extend_schema(responses=OutputSerializer, summary="List model providers")
     def get(self, request: Request) -> Response:
@@ -43,7 +46,7 @@ class ProviderDefaultApi(APIView):
     """``GET /api/providers/default``: the caller's default ``{llm_provider, llm_model}``
     ("" when none); ``PUT`` sets it (validated like a run's choice; empty clears)."""
 
-    class InputSerializer(serializers.Serializer):
+    class InputSerializer(JsonTypedSerializer):
         class Meta:
             ref_name = "ProviderDefaultInput"
 

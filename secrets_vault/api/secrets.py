@@ -8,6 +8,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from paw_project.api import JsonTypedSerializer, list_output
 from paw_project.errors import NotFound
 from paw_project.throttles import SecretsThrottle
 from secrets_vault.selectors import secret_get, secret_list
@@ -27,11 +28,7 @@ class SecretOutput(serializers.Serializer):
 class SecretListApi(APIView):
     """``GET /api/secrets``: the caller's secrets (names, descriptions, dates)."""
 
-    class OutputSerializer(serializers.Serializer):
-        class Meta:
-            ref_name = "SecretListOutput"
-
-        secrets = SecretOutput(many=True)
+    OutputSerializer = list_output(key="secrets", item=SecretOutput, ref_name="SecretListOutput")
 
     @extend_schema(responses=OutputSerializer, summary="List your secrets (never values)")
     def get(self, request: Request) -> Response:
@@ -46,7 +43,7 @@ class SecretDetailApi(APIView):
 
     throttle_classes = (SecretsThrottle,)
 
-    class InputSerializer(serializers.Serializer):
+    class InputSerializer(JsonTypedSerializer):
         class Meta:
             ref_name = "SecretSetInput"
 

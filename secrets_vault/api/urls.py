@@ -4,12 +4,17 @@ from __future__ import annotations
 
 from django.urls import path
 
-from secrets_vault.api import datasources, operators, providers, secrets
+from secrets_vault.api import datasources, knowledge, operators, providers, secrets
 
 urlpatterns = [
     path("secrets", secrets.SecretListApi.as_view(), name="secret-list"),
     path("secrets/<str:name>", secrets.SecretDetailApi.as_view(), name="secret-detail"),
     path("datasources", datasources.DatasourceListApi.as_view(), name="datasource-list"),
+    path(
+        "datasources/<str:slug>",
+        knowledge.DatasourceDetailApi.as_view(),
+        name="datasource-detail",
+    ),
     path("providers", providers.ProviderListApi.as_view(), name="provider-list"),
     path("providers/default", providers.ProviderDefaultApi.as_view(), name="provider-default"),
     path("admin/secrets", operators.AdminSecretListApi.as_view(), name="admin-secret-list"),
@@ -32,5 +37,20 @@ urlpatterns = [
         "admin/datasources/<str:slug>/test",
         operators.AdminDatasourceTestApi.as_view(),
         name="admin-datasource-test",
+    ),
+    path(
+        "admin/datasources/<str:slug>/refresh-schema",
+        knowledge.AdminDatasourceRefreshSchemaApi.as_view(),
+        name="admin-datasource-refresh-schema",
+    ),
+    path(
+        "admin/datasources/<str:slug>/knowledge",
+        knowledge.AdminKnowledgeListApi.as_view(),
+        name="admin-knowledge-list",
+    ),
+    path(
+        "admin/datasources/<str:slug>/knowledge/<int:entry_id>",
+        knowledge.AdminKnowledgeDetailApi.as_view(),
+        name="admin-knowledge-detail",
     ),
 ]

@@ -3,8 +3,10 @@
 - ``secrets``: secrets (set, create, update, delete, re-encrypt) and ``{secret:NAME}``
   placeholder resolution
 - ``datasources``: datasources (create, update, delete, validate for a run, test)
+- ``knowledge``: datasource knowledge (entries, schema refresh, vectors, what a run gets)
 - ``providers``: the provider and model of a run (:func:`provider_resolve`), user defaults
 - ``sandbox``: what a sandbox is given (:func:`sandbox_environment`)
+- ``demo``: the offline demo's datasource (the tips data set as SQLite)
 """
 
 from secrets_vault.services.datasources import (
@@ -12,14 +14,37 @@ from secrets_vault.services.datasources import (
     datasource_connection,
     datasource_create,
     datasource_delete,
+    datasource_paw_database_check,
+    datasource_resolve,
+    datasource_resolved,
     datasource_save,
     datasource_test,
     datasource_update,
+    datasources_available,
     datasources_validate,
+)
+from secrets_vault.services.demo import (
+    DEMO_DATASOURCE_SLUG,
+    demo_datasource_ensure,
+    demo_tips_database,
+)
+from secrets_vault.services.knowledge import (
+    IndexSource,
+    RunKnowledge,
+    datasource_schema_refresh,
+    datasource_schema_refresh_request,
+    knowledge_entry_create,
+    knowledge_entry_delete,
+    knowledge_entry_update,
+    knowledge_entry_validate,
+    knowledge_example_check,
+    knowledge_for_run,
+    knowledge_index_write,
 )
 from secrets_vault.services.providers import (
     ProviderChoice,
     custom_provider_save,
+    provider_choice_check,
     provider_default_set,
     provider_resolve,
 )
@@ -39,21 +64,40 @@ from secrets_vault.services.secrets import (
 )
 
 __all__ = [
+    "DEMO_DATASOURCE_SLUG",
     "DatasourceConnection",
+    "IndexSource",
     "ProviderChoice",
     "ReencryptResult",
     "Resolved",
+    "RunKnowledge",
     "SandboxEnvironment",
     "custom_provider_save",
     "datasource_connection",
     "datasource_create",
     "datasource_delete",
+    "datasource_paw_database_check",
+    "datasource_resolve",
+    "datasource_resolved",
     "datasource_save",
+    "datasource_schema_refresh",
+    "datasource_schema_refresh_request",
     "datasource_test",
     "datasource_update",
+    "datasources_available",
     "datasources_validate",
+    "demo_datasource_ensure",
+    "demo_tips_database",
+    "knowledge_entry_create",
+    "knowledge_entry_delete",
+    "knowledge_entry_update",
+    "knowledge_entry_validate",
+    "knowledge_example_check",
+    "knowledge_for_run",
+    "knowledge_index_write",
     "model_validate",
     "placeholders_resolve",
+    "provider_choice_check",
     "provider_default_set",
     "provider_resolve",
     "sandbox_environment",

@@ -10,17 +10,31 @@ from urllib.parse import quote
 from django.db import IntegrityError, transaction
 
 from paw_project.errors import Conflict, DomainError, InvalidRequest
-from secrets_vault.connections import ConnectionTestResult, connection_test, connection_url
+from secrets_vault.connections import (
+    PAW_DATABASE_CODE,
+    PAW_DATABASE_MESSAGE,
+    ConnectionTestResult,
+    connection_is_paw_database,
+    connection_is_secret_field,
+    connection_resolved_check,
+    connection_test,
+    connection_url,
+)
 from secrets_vault.masking import mask_text, secret_values_register
 from secrets_vault.models import Datasource
-from secrets_vault.services.secrets import model_validate, placeholders_resolve
+from secrets_vault.placeholders import placeholder_names, placeholders_substitute
+from secrets_vault.selectors import secrets_lookup
+from secrets_vault.services.secrets import Resolved, model_validate, placeholders_resolve
 
 if TYPE_CHECKING:
     from accounts.models import User
 
 logger = logging.getLogger(__name__)
 
-DATASOURCE_FIELDS = ("slug", "name", "description", "dialect", "connection", "read_only", "enabled")
+DATASOURCE_FIELDS = (
+    "slug", "name", "description", "dialect", "connection", "read_only", "enabled",
+    "allowed_hosts",
+)  # fmt: skip
 
 
 def datasource_create(**fields: Any) -> Datasource:
@@ -47,9 +61,35 @@ def datasource_update(*, datasource: Datasource, **fields: Any) -> Datasource:
     return datasource_save(datasource=datasource)
 
 
+def datasource_paw_database_check(*, datasource: Datasource) -> None:
+    """Refuse a datasource whose connection, as written and with the operator's (global)
+    secrets resolved where they exist, reaches PAW's own database
+    (``connections.connection_is_paw_database``): :class:`InvalidRequest`
+    ``datasource_is_paw_database``. Placeholders without a global secret are checked
+    when resolved at run time (:func:`datasource_resolve`)."""
+    connection = datasource.connection if isinstance(datasource.connection, dict) else {}
+    names = placeholder_names(connection)
+    found = secrets_lookup(user=None, names=names)
+    # A placeholder without a global secret stays as written (it names no database yet).
+    values = {name: "{secret:" + name + "}" for name in names}
+    values.update(
+        {name: secret.value for name, secret in found.items() if isinstance(secret.value, str)}
+    )
+    resolved = placeholders_substitute(connection, values)
+    if connection_is_paw_database(dialect=datasource.dialect, connection=resolved):
+        raise InvalidRequest(
+            PAW_DATABASE_MESSAGE,
+            code=PAW_DATABASE_CODE,
+            extra={"fields": {"connection": [PAW_DATABASE_MESSAGE]}},
+        )
+
+
 def datasource_save(*, datasource: Datasource) -> Datasource:
-    """Validate and save a datasource (the admin's edge; see :func:`datasource_create`)."""
+    """Validate and save a datasource (the admin's edge; see :func:`datasource_create`).
+    Raises :class:`InvalidRequest` ``datasource_is_paw_database`` for a connection that
+    reaches PAW's own database."""
     model_validate(datasource)
+    datasource_paw_database_check(datasource=datasource)
     try:
         with transaction.atomic():
             datasource.save()
@@ -95,6 +135,16 @@ def datasources_validate(*, slugs: Any) -> list[str]:
     return wanted
 
 
+def datasources_available(*, slugs: list[str]) -> list[str]:
+    """The slugs among ``slugs`` that name enabled datasources, in the order given (a
+    conversation's default datasources, one of which an operator may have disabled or
+    deleted since: a run goes on with the others)."""
+    known = set(
+        Datasource.objects.filter(slug__in=list(slugs), enabled=True).values_list("slug", flat=True)
+    )
+    return [slug for slug in dict.fromkeys(slugs) if slug in known]
+
+
 @dataclass(frozen=True)
 class DatasourceConnection:
     """A datasource ready for a sandbox: ``url`` (placeholders resolved), the
@@ -108,17 +158,67 @@ class DatasourceConnection:
     secret_ids: list[int]
 
 
-def datasource_connection(*, datasource: Datasource, user: User | None) -> DatasourceConnection:
-    """Resolve a datasource's placeholders for ``user`` and build its URL.
+def datasource_resolve(*, datasource: Datasource, user: User | None) -> Resolved:
+    """A datasource's connection settings with their placeholders resolved, checked.
 
-    Raises :class:`InvalidRequest` naming a missing or undecryptable secret (prefixed
-    with the datasource's slug)."""
+    Only fields that are secrets by nature (``password``, options named like a password
+    or secret: ``connections.connection_is_secret_field``) resolve ``user``'s own secret
+    first; host, port, database, user and the other options resolve only the operator's
+    global secrets, so a person's secret can never say where the operator's password is
+    sent. The result passes ``connections.connection_resolved_check`` and never reaches
+    PAW's own database.
+
+    Raises :class:`InvalidRequest` (prefixed with the datasource's slug):
+    ``secret_missing`` / ``secret_undecryptable``, ``invalid_connection`` for a resolved
+    field that is not acceptable (a host list, a bad port...), ``datasource_is_paw_database``.
+    """
+    connection = datasource.connection if isinstance(datasource.connection, dict) else {}
+    secret_part: dict[str, Any] = {}
+    plain_part: dict[str, Any] = {}
+    for key, value in connection.items():
+        if key == "options" and isinstance(value, dict):
+            for name, item in value.items():
+                side = secret_part if connection_is_secret_field(("options", name)) else plain_part
+                side.setdefault("options", {})[name] = item
+        elif connection_is_secret_field((key,)):
+            secret_part[key] = value
+        else:
+            plain_part[key] = value
+    prefix = f"Datasource '{datasource.slug}': "
     try:
-        resolved = placeholders_resolve(user=user, obj=datasource.connection)
+        own = placeholders_resolve(user=user, obj=secret_part)
+        operator = placeholders_resolve(user=None, obj=plain_part)
     except InvalidRequest as error:
-        raise InvalidRequest(
-            f"Datasource '{datasource.slug}': {error.detail}", code=error.code, extra=error.extra
-        ) from None
+        raise InvalidRequest(prefix + error.detail, code=error.code, extra=error.extra) from None
+    value: dict[str, Any] = {**operator.value}
+    for key, item in own.value.items():
+        if key == "options":
+            value["options"] = {**value.get("options", {}), **item}
+        else:
+            value[key] = item
+    if "options" in connection and isinstance(connection["options"], dict):
+        # Keep the operator's order of options.
+        value["options"] = {k: value["options"][k] for k in connection["options"]}
+    try:
+        connection_resolved_check(dialect=datasource.dialect, connection=value)
+    except ValueError as error:
+        raise InvalidRequest(prefix + str(error), code="invalid_connection") from None
+    if connection_is_paw_database(dialect=datasource.dialect, connection=value):
+        raise InvalidRequest(prefix + PAW_DATABASE_MESSAGE, code=PAW_DATABASE_CODE)
+    return Resolved(
+        value=value,
+        secret_values={**operator.secret_values, **own.secret_values},
+        secret_ids=list(dict.fromkeys(operator.secret_ids + own.secret_ids)),
+    )
+
+
+def datasource_connection(*, datasource: Datasource, user: User | None) -> DatasourceConnection:
+    """Resolve a datasource's placeholders for ``user`` (:func:`datasource_resolve`) and
+    build its URL.
+
+    Raises :class:`InvalidRequest` as :func:`datasource_resolve` (prefixed with the
+    datasource's slug)."""
+    resolved = datasource_resolve(datasource=datasource, user=user)
     url = connection_url(
         dialect=datasource.dialect, connection=resolved.value, read_only=datasource.read_only
     )
@@ -136,20 +236,31 @@ def datasource_connection(*, datasource: Datasource, user: User | None) -> Datas
     )
 
 
+def datasource_resolved(
+    *, datasource: Datasource, user: User | None
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """The datasource's connection settings resolved and checked for ``user``
+    (:func:`datasource_resolve`), and the values to mask in anything a driver says about
+    it (``NAME`` and ``NAME:urlencoded`` → value). Raises :class:`InvalidRequest` as
+    :func:`datasource_resolve`."""
+    resolved = datasource_resolve(datasource=datasource, user=user)
+    masked = dict(resolved.secret_values)
+    for name, value in resolved.secret_values.items():
+        masked[f"{name}:urlencoded"] = quote(value, safe="")
+    return resolved.value, masked
+
+
 def datasource_test(*, datasource: Datasource, user: User | None) -> ConnectionTestResult:
     """Really connect to the datasource (placeholders resolved for ``user``, e.g. the
     operator pressing "Test connection") and report the outcome. Never raises for a
     connection or placeholder problem; the message never contains a secret value."""
     try:
-        resolved = placeholders_resolve(user=user, obj=datasource.connection)
+        connection, masked = datasource_resolved(datasource=datasource, user=user)
     except DomainError as error:
         return ConnectionTestResult(False, error.detail)
     result = connection_test(
-        dialect=datasource.dialect, connection=resolved.value, read_only=datasource.read_only
+        dialect=datasource.dialect, connection=connection, read_only=datasource.read_only
     )
-    masked = dict(resolved.secret_values)
-    for name, value in resolved.secret_values.items():
-        masked[f"{name}:urlencoded"] = quote(value, safe="")
     logger.info(
         "datasource %s connection test: %s", datasource.slug, "ok" if result.ok else "failed"
     )

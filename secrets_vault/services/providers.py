@@ -39,7 +39,8 @@ class ProviderChoice:
     key: pass any non-empty placeholder, the ``openai`` SDK refuses an empty key) and
     ``OPENAI_MODEL`` (``model``). ``name`` is what ``Run.provider`` stores, ``label`` the
     human name. ``key_name`` names the secret (or ``PAW_LLM_API_KEY``) the key came from,
-    for masking as ``[secret:KEY_NAME]``. ``repr`` never shows the key."""
+    for masking as ``[secret:KEY_NAME]``. ``vision``: the model accepts images (image
+    content parts). ``repr`` never shows the key."""
 
     name: str
     label: str
@@ -47,6 +48,7 @@ class ProviderChoice:
     api_key: str = field(repr=False)
     model: str
     key_name: str = ""
+    vision: bool = False
 
 
 def provider_resolve(
@@ -88,9 +90,10 @@ def _choose(
     conversation: Conversation | None,
     llm_provider: str | None,
     llm_model: str | None,
+    where: str = "the run's choice",
 ) -> tuple[ProviderChoice, ProviderState]:
     preference = provider_preference_get(user=user)
-    levels = [("the run's choice", llm_provider, llm_model)]
+    levels = [(where, llm_provider, llm_model)]
     if conversation is not None:
         levels.append(
             ("the conversation's default", conversation.llm_provider, conversation.llm_model)
@@ -157,8 +160,29 @@ def _choose(
         api_key=state.api_key,
         model=model,
         key_name=state.key_name,
+        vision=state.accepts_images(model),
     )
     return choice, state
+
+
+def provider_choice_check(
+    *, user: User, llm_provider: str, llm_model: str = "", where: str = "the run's choice"
+) -> None:
+    """Check a provider/model choice before it is stored (a user's or a conversation's
+    default): an empty ``llm_provider`` (no choice) passes; a model without a provider is
+    :class:`InvalidRequest` ``provider_required``; otherwise as :func:`provider_resolve`
+    would judge it (``unknown_provider``, ``provider_inactive``, ``unknown_model``), the
+    message naming ``where`` the choice came from."""
+    llm_provider, llm_model = llm_provider.strip(), llm_model.strip()
+    if llm_model and not llm_provider:
+        raise InvalidRequest(
+            f"Choose a provider for the model ({where}).", code="provider_required"
+        )
+    if llm_provider:
+        _choose(
+            user=user, conversation=None, llm_provider=llm_provider, llm_model=llm_model,
+            where=where,
+        )  # fmt: skip
 
 
 def provider_default_set(
@@ -168,10 +192,9 @@ def provider_default_set(
     model, validated like a run's override: :class:`InvalidRequest` for an unknown or
     inactive provider or an unknown model, or a model without a provider."""
     llm_provider, llm_model = llm_provider.strip(), llm_model.strip()
-    if llm_model and not llm_provider:
-        raise InvalidRequest("Choose a provider for the model.", code="provider_required")
-    if llm_provider:
-        _choose(user=user, conversation=None, llm_provider=llm_provider, llm_model=llm_model)
+    provider_choice_check(
+        user=user, llm_provider=llm_provider, llm_model=llm_model, where="your default"
+    )
     with transaction.atomic():
         preference, _ = ProviderPreference.objects.select_for_update().get_or_create(user=user)
         preference.llm_provider, preference.llm_model = llm_provider, llm_model

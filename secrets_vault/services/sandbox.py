@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from paw_project.errors import InvalidRequest
+from secrets_vault.embeddings import embedder_configured
 from secrets_vault.fields import UNDECRYPTABLE
 from secrets_vault.masking import secret_values_register
 from secrets_vault.models import Datasource, Secret
@@ -45,17 +46,25 @@ def sandbox_environment(
     * Each of the user's own secrets as a variable of the same name (global secrets are
       never given as variables: only as provider keys or through placeholders).
     * For each datasource of ``datasource_slugs``: ``PAW_DATASOURCE_<SLUG>_URL`` (slug
-      upper-cased, ``-`` as ``_``; placeholders resolved, the user's secret before a
-      global one; URL forms in ``secrets_vault.connections``), and ``PAW_DATASOURCES``:
+      upper-cased, ``-`` as ``_``; placeholders resolved by ``datasource_resolve``: the
+      password the user's secret before a global one, host, port, database and user
+      only global ones; never PAW's own database; URL forms in
+      ``secrets_vault.connections``), and ``PAW_DATASOURCES``:
       a JSON list of ``{"slug", "name", "dialect", "description", "env", "read_only"}``
-      (always set, ``[]`` when none).
+      (always set, ``[]`` when none); with embeddings configured (and datasources),
+      ``PAW_EMBEDDING_BASE_URL``, ``PAW_EMBEDDING_MODEL`` and ``PAW_EMBEDDING_API_KEY``
+      for the agent's ``search_knowledge`` (the operator's key, handed over like a
+      provider key).
     * With ``provider`` (from :func:`provider_resolve`): ``OPENAI_BASE_URL``,
       ``OPENAI_API_KEY`` (``"no-key"`` for a keyless endpoint) and ``OPENAI_MODEL``,
       set last so they win over a user secret of the same name.
 
     Raises :class:`InvalidRequest` (400): ``unknown_datasource`` naming unknown or
     disabled slugs, ``secret_missing`` / ``secret_undecryptable`` naming a secret a
-    datasource needs or one of the user's secrets no configured key opens. Notes every
+    datasource needs or one of the user's secrets no configured key opens,
+    ``invalid_connection`` for a resolved field that is not acceptable (a host list, a bad
+    port), ``datasource_is_paw_database`` for a datasource that resolves to PAW's own
+    database. Notes every
     secret given as used, and registers the values for log masking.
     """
     slugs = datasources_validate(slugs=datasource_slugs)
@@ -78,11 +87,13 @@ def sandbox_environment(
         used.append(secret.pk)
 
     described = []
+    allowed_hosts: list[str] = []
     datasources = {d.slug: d for d in Datasource.objects.filter(slug__in=slugs, enabled=True)}
     for slug in slugs:
         connection = datasource_connection(datasource=datasources[slug], user=user)
         datasource = connection.datasource
         env[datasource.env_name] = connection.url
+        allowed_hosts += [h for h in datasource.allowed_hosts or [] if h not in allowed_hosts]
         for name, value in connection.secret_values.items():
             secret_values.setdefault(name, value)
         used += connection.secret_ids
@@ -97,6 +108,16 @@ def sandbox_environment(
             }
         )
     env["PAW_DATASOURCES"] = json.dumps(described, ensure_ascii=False)
+    if allowed_hosts:  # the isolated network's extra destinations for this run
+        env["PAW_SANDBOX_DATASOURCE_HOSTS"] = ",".join(allowed_hosts)
+    embedder = embedder_configured() if slugs else None
+    if embedder is not None:
+        # search_knowledge embeds its queries with the model the entries were embedded by.
+        env["PAW_EMBEDDING_BASE_URL"] = embedder.base_url
+        env["PAW_EMBEDDING_MODEL"] = embedder.model
+        env["PAW_EMBEDDING_API_KEY"] = embedder.api_key or NO_KEY
+        if embedder.api_key:
+            secret_values.setdefault("PAW_EMBEDDING_API_KEY", embedder.api_key)
 
     if provider is not None:
         env["OPENAI_BASE_URL"] = provider.base_url

@@ -220,8 +220,10 @@ class Resolved:
 
 def placeholders_resolve(*, user: User | None, obj: Any) -> Resolved:
     """Resolve every ``{secret:NAME}`` in ``obj`` (strings, dict values and lists,
-    recursively): the user's own secret first, then a global one. Values are inserted as
-    is, never expanded again.
+    recursively): the user's own secret first, then a global one (``user=None``: global
+    ones only). Values are inserted as is, never expanded again. A datasource resolves
+    only its secret fields with a user (``datasources.datasource_resolve``): a person's
+    secret must never choose where the operator's credentials go.
 
     Raises :class:`InvalidRequest` ``secret_missing`` naming every unknown name (and
     ``extra["names"]``), or ``secret_undecryptable`` naming a secret no configured key

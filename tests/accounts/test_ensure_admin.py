@@ -11,7 +11,7 @@ from django.contrib.auth import authenticate, get_user_model
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from tests.support import PYTHON, ROOT
+from tests.processes import PYTHON, ROOT
 
 pytestmark = pytest.mark.django_db
 
@@ -31,6 +31,9 @@ def test_generates_and_prints_a_password_once_when_none_is_given(monkeypatch):
     call_command("ensure_admin", stdout=out)
     password = out.getvalue().split("password: ")[1].split()[0]
     assert authenticate(username="admin", password=password) is not None
+    # The way back from a lost password is named with it.
+    assert "`make changepassword`" in out.getvalue()
+    assert "manage.py changepassword admin" in out.getvalue()
     again = StringIO()
     call_command("ensure_admin", stdout=again)
     assert again.getvalue() == ""
@@ -78,3 +81,25 @@ def test_a_refusal_exits_non_zero_from_the_command_line(tmp_path):
     )
     assert result.returncode == 1
     assert "This password is too common." in result.stderr
+
+
+def test_the_way_back_from_a_lost_password_names_the_chosen_admin(monkeypatch):
+    monkeypatch.setenv("PAW_ADMIN_USERNAME", "root")
+    monkeypatch.setenv("PAW_ADMIN_PASSWORD", "a-long-operator-password")
+    out = StringIO()
+    call_command("ensure_admin", stdout=out)
+    assert "`make changepassword ADMIN_USER=root`" in out.getvalue()
+    assert "manage.py changepassword root" in out.getvalue()
+
+
+def test_make_changepassword_runs_djangos_changepassword_on_make_runs_database():
+    """``make -n`` shows the command without running it (it asks for the password twice
+    on the terminal)."""
+    result = subprocess.run(
+        ["make", "-n", "changepassword", "ADMIN_USER=alice"],
+        cwd=ROOT, capture_output=True, text=True, check=True, timeout=30,
+    )  # fmt: skip
+    assert 'manage.py changepassword "alice"' in result.stdout
+    # The folder and secret key make run uses (PAW_VAR_DIR, default var/).
+    assert f'PAW_VAR_DIR="{os.environ.get("PAW_VAR_DIR", "var")}"' in result.stdout
+    assert "/secret_key" in result.stdout

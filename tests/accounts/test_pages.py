@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 from django.test import Client, override_settings
 
@@ -112,3 +114,26 @@ def test_register_closed_is_403_and_says_so():
     assert response.status_code == 403 and b"Registration is closed" in response.content
     assert not User.objects.exists()
     assert b"Create an account" not in client.get(LOGIN).content
+
+
+@pytest.mark.django_db
+def test_staff_see_on_the_chat_page_that_embedded_sandboxes_run_without_isolation(
+    make_user, settings, monkeypatch, tmp_path
+):
+    settings.EMBEDDED = True  # the embedded mode: the one that falls back without bwrap
+    settings.PAW_SANDBOX_ISOLATION = ""
+    operator = make_user("operator", is_staff=True)
+    person = make_user("person")
+
+    def page(user) -> str:
+        client = Client()
+        client.force_login(user)
+        return client.get("/").content.decode()
+
+    if shutil.which("bwrap"):
+        assert "isolation-warning" not in page(operator)  # bubblewrap is installed here
+    monkeypatch.setenv("PATH", str(tmp_path))  # … and now it is not
+    assert "Sandboxes run without isolation" in page(operator)
+    assert "isolation-warning" not in page(person)
+    settings.PAW_SANDBOX_ISOLATION = "none"  # chosen on purpose: no notice
+    assert "isolation-warning" not in page(operator)

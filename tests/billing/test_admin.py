@@ -10,7 +10,7 @@ from django.test import Client
 
 from billing.models import Budget, UsageEvent
 from billing.selectors import budget_limits
-from tests.billing.helpers import at, ledger_event
+from tests.billing.ledger import at, ledger_event
 
 pytestmark = pytest.mark.django_db
 

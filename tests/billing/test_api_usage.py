@@ -10,9 +10,9 @@ from django.utils import timezone
 
 from billing.models import Budget
 from billing.selectors import MAX_RANGE_DAYS, month_start, next_month_start
-from tests.billing.helpers import at, ledger_event
+from tests.billing.ledger import at, ledger_event
 from tests.conftest import api_client_for
-from tests.conversations.apihelpers import conversation_of
+from tests.factories import conversation_of
 
 pytestmark = pytest.mark.django_db
 

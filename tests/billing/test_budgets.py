@@ -13,9 +13,9 @@ from billing.models import Budget
 from billing.selectors import budget_limits, budget_status, month_start, next_month_start
 from billing.services import RunBudgetGuard
 from conversations.models import Run
-from tests.billing.helpers import at, ledger_event
+from tests.billing.ledger import at, ledger_event
 from tests.conftest import SCRIPTED_API_KEY
-from tests.conversations.apihelpers import conversation_of
+from tests.factories import conversation_of
 
 pytestmark = pytest.mark.django_db
 
@@ -129,15 +129,68 @@ def test_the_run_guard_counts_the_users_other_runs_going_on(user, other_user, se
         conversation=conversation_of(other_user), user=other_user, prompt="p"
     )
     guard = RunBudgetGuard()
-    assert guard.check(run_id=a.id, usage={"input": 600, "output": 0}) is None
-    assert guard.check(run_id=elsewhere.id, usage={"input": 650, "output": 0}) is None
-    assert guard.check(run_id=b.id, usage={"input": 250, "output": 50}) is None  # 100+600+300
-    reason = guard.check(run_id=b.id, usage={"input": 250, "output": 51})  # one token past
+    assert guard.check(run_id=a.id, user_id=a.user_id, usage={"input": 600, "output": 0}) is None
+    assert (
+        guard.check(
+            run_id=elsewhere.id, user_id=elsewhere.user_id, usage={"input": 650, "output": 0}
+        )
+        is None
+    )
+    assert (
+        guard.check(run_id=b.id, user_id=b.user_id, usage={"input": 250, "output": 50}) is None
+    )  # 100+600+300
+    reason = guard.check(
+        run_id=b.id, user_id=b.user_id, usage={"input": 250, "output": 51}
+    )  # one token past
     assert reason and "monthly token budget of 1000 tokens" in reason and "(1001 tokens" in reason
     # A run that ended stays counted (as the ledger will say) until the next refresh.
     guard.forget(a.id)
-    assert guard.check(run_id=b.id, usage={"input": 250, "output": 51}) is not None
+    assert (
+        guard.check(run_id=b.id, user_id=b.user_id, usage={"input": 250, "output": 51}) is not None
+    )
     # The run budget: past it, not at it.
-    assert guard.check(run_id=elsewhere.id, usage={"input": 700, "output": 0}) is None
-    reason = guard.check(run_id=elsewhere.id, usage={"input": 700, "output": 1})
+    assert (
+        guard.check(
+            run_id=elsewhere.id, user_id=elsewhere.user_id, usage={"input": 700, "output": 0}
+        )
+        is None
+    )
+    reason = guard.check(
+        run_id=elsewhere.id, user_id=elsewhere.user_id, usage={"input": 700, "output": 1}
+    )
     assert reason and "701 tokens" in reason and "700 tokens per run" in reason
+
+
+def test_demo_usage_counts_against_no_budget(api, user, configured, settings, scripted_model):
+    """The offline demo's runs (provider ``demo``) start with the month's budget used up,
+    and their ledger rows, marked ``demo``, are left out of what budgets count."""
+    settings.PAW_DEMO_BASE_URL = scripted_model.base_url
+    ledger_event(user=user, input_tokens=900, output_tokens=100)  # exactly the limit
+    ledger_event(user=user, input_tokens=5_000, provider="demo", demo=True)
+    assert budget_status(user_id=user.pk)["used_this_month"] == LIMIT  # not 6000
+    conversation = conversation_of(user)
+    refused = start(api, conversation)
+    assert refused.status_code == 402, refused.json()
+    demo = api.post(
+        f"/api/conversations/{conversation.id}/runs",
+        {"prompt": "Go on.", "llm_provider": "demo", "llm_model": "scripted-demo"},
+        format="json",
+    )
+    assert demo.status_code == 202, demo.json()
+    assert Run.objects.get(id=demo.json()["id"]).provider == "demo"
+
+
+def test_the_run_guard_never_stops_a_demo_run_nor_counts_it_for_others(user, settings):
+    settings.PAW_BUDGET_MONTHLY_TOKENS = 1_000
+    settings.PAW_BUDGET_RUN_TOKENS = 700
+    demo, real = (
+        Run.objects.create(conversation=conversation_of(user), user=user, prompt="p", provider=p)
+        for p in ("demo", "default")
+    )
+    guard = RunBudgetGuard()
+    assert guard.check(run_id=demo.id, user_id=user.pk, usage={"input": 5_000, "output": 0}) is None
+    assert guard.check(run_id=real.id, user_id=user.pk, usage={"input": 650, "output": 0}) is None
+    guard.forget(demo.id)  # its tokens move to nobody's "used before"
+    assert guard.check(run_id=real.id, user_id=user.pk, usage={"input": 700, "output": 0}) is None
+    reason = guard.check(run_id=real.id, user_id=user.pk, usage={"input": 700, "output": 1})
+    assert reason and "700 tokens per run" in reason

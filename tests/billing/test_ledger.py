@@ -12,13 +12,13 @@ from django.utils import timezone
 
 from billing.models import UsageEvent
 from billing.selectors import budget_status
-from billing.services import usage_merge, usage_normalize
+from billing.services import estimate_tokens, usage_merge, usage_normalize
 from conversations.models import Run
 from conversations.services.conversations import conversation_delete
 from conversations.services.events import EventDraft, events_append
+from conversations.services.run_effects import result_outcome
 from conversations.services.runs import run_cancel, run_fail, run_finish
 from sandboxes.models import WorkerNode
-from sandboxes.pipeline import result_outcome
 from sandboxes.services import nodes_reap
 from tests.factories import ConversationFactory
 
@@ -131,3 +131,128 @@ def test_deleting_a_conversation_keeps_its_tokens_in_the_ledger_and_the_budget()
     event = UsageEvent.objects.get(user=user)
     assert (event.conversation_id, event.run_id, event.tokens) == (None, None, 707)
     assert budget_status(user_id=user.pk)["used_this_month"] == 707
+
+
+def stream(run: Run, *texts: str) -> None:
+    """Store ``delta`` events of the run, as the pipeline does."""
+    events_append(
+        conversation_id=run.conversation_id,
+        drafts=[
+            EventDraft(run_id=run.id, type="delta", payload={"type": "delta", "text": text})
+            for text in texts
+        ],
+    )
+
+
+def test_a_run_lost_with_its_worker_before_any_usage_is_billed_an_estimate_once():
+    conversation = ConversationFactory()
+    earlier = running_run(conversation)
+    earlier.prompt = "What is the code?" * 10
+    earlier.save(update_fields=["prompt"])
+    run_finish(run_id=earlier.id, status=Run.Status.DONE, answer="4711. " * 50, usage={"input": 9})
+    WorkerNode.objects.create(name="ghost", heartbeat_at=timezone.now() - timedelta(hours=1))
+    run = running_run(conversation, node="ghost")
+    Run.objects.filter(id=run.id).update(prompt="Tell me a long story. " * 30)
+    stream(run, "Once upon " * 20, "a time " * 30)
+    assert nodes_reap()["runs"] == 1
+    run.refresh_from_db()
+    assert run.status == Run.Status.ERROR and run.errors[0]["code"] == "worker_lost"
+    sent = len("Tell me a long story. " * 30) + len("What is the code?" * 10) + len("4711. " * 50)
+    streamed = len("Once upon " * 20) + len("a time " * 30)
+    expected = {
+        "input": estimate_tokens(sent),
+        "output": estimate_tokens(streamed),
+        "rounds": 1,
+        "estimated": True,
+    }
+    assert run.usage == expected and expected["output"] == 118  # 410 characters
+    event = UsageEvent.objects.get(run=run)
+    assert (event.input_tokens, event.output_tokens, event.estimated) == (
+        expected["input"],
+        expected["output"],
+        True,
+    )
+    # Exactly once: a late result, a retried reap or cancel change nothing.
+    run_finish(run_id=run.id, status=Run.Status.CANCELLED, usage={"input": 10**6})
+    assert nodes_reap()["runs"] == 0
+    assert UsageEvent.objects.filter(run=run).count() == 1
+    assert UsageEvent.objects.get(run=run).tokens == event.tokens
+
+
+def test_reported_totals_win_over_an_estimate_and_a_run_that_did_not_use_the_model_is_zero():
+    conversation = ConversationFactory()
+    reported = running_run(conversation)
+    stream(reported, "x" * 7000)
+    report_usage(reported, input=40, output=2, rounds=1)
+    run_fail(run_id=reported.id, code="sandbox_exited", message="sandbox exited (code -9)")
+    assert Run.objects.get(id=reported.id).usage == {
+        "input": 40,
+        "output": 2,
+        "rounds": 1,
+        "estimated": False,
+    }
+    # Never acknowledged by a runtime (the sandbox did not start): nothing was sent.
+    starting = Run.objects.create(
+        conversation=ConversationFactory(),
+        user=conversation.user,
+        prompt="p" * 1000,
+        status=Run.Status.STARTING,
+    )
+    run_fail(run_id=starting.id, code="sandbox_start", message="the runtime did not start")
+    assert UsageEvent.objects.get(run=starting).tokens == 0
+    # The provider refused the credentials at once: nothing was used either.
+    refused = running_run(ConversationFactory(user=conversation.user))
+    run_finish(
+        run_id=refused.id,
+        status=Run.Status.ERROR,
+        errors=[{"code": "auth", "message": "401"}],
+        usage={"input": 0, "output": 0, "rounds": 0},
+    )
+    assert UsageEvent.objects.get(run=refused).tokens == 0
+    # A model call that failed for good before any text: the provider answered nothing.
+    failed = running_run(ConversationFactory(user=conversation.user))
+    run_finish(
+        run_id=failed.id,
+        status=Run.Status.ERROR,
+        errors=[{"code": "unknown", "message": "model call failed after 3 attempts"}],
+        usage={"input": 0, "output": 0, "rounds": 0},
+    )
+    assert UsageEvent.objects.get(run=failed).tokens == 0
+    # … but one that failed after streaming text did use the model.
+    cut = running_run(ConversationFactory(user=conversation.user))
+    stream(cut, "z" * 70)
+    run_finish(
+        run_id=cut.id,
+        status=Run.Status.ERROR,
+        errors=[{"code": "unknown", "message": "connection lost"}],
+        usage={"input": 0, "output": 0, "rounds": 0},
+    )
+    event = UsageEvent.objects.get(run=cut)
+    assert (event.input_tokens, event.output_tokens, event.estimated) == (1, 20, True)
+
+
+def test_a_result_reporting_zero_tokens_after_a_stream_is_billed_an_estimate():
+    conversation = ConversationFactory()
+    run = running_run(conversation)
+    stream(run, "y" * 350)
+    run_finish(run_id=run.id, status=Run.Status.CANCELLED, usage={"input": 0, "output": 0})
+    event = UsageEvent.objects.get(run=run)
+    assert (event.input_tokens, event.output_tokens, event.rounds, event.estimated) == (
+        estimate_tokens(1),
+        100,
+        1,
+        True,
+    )
+
+
+def test_a_run_of_the_offline_demo_is_marked_demo_usage_in_the_ledger():
+    conversation = ConversationFactory()
+    demo = running_run(conversation)
+    Run.objects.filter(id=demo.id).update(provider="demo", model="scripted-demo")
+    run_finish(run_id=demo.id, status=Run.Status.DONE, usage={"input": 400, "output": 20})
+    other = running_run(ConversationFactory(user=conversation.user))
+    run_finish(run_id=other.id, status=Run.Status.DONE, usage={"input": 7, "output": 3})
+    rows = {e.provider: (e.demo, e.tokens) for e in UsageEvent.objects.all()}
+    assert rows == {"demo": (True, 420), "default": (False, 10)}
+    # Listed like any other run, never counted against a budget.
+    assert budget_status(user_id=conversation.user_id)["used_this_month"] == 10

@@ -10,12 +10,14 @@ import signal
 import pytest
 
 from billing.models import Budget, UsageEvent
-from billing.services import usage_record
+from billing.services import estimate_tokens, usage_record
 from conversations.models import Run, RunEvent
 from conversations.services.runs import run_cancel, run_finish, run_start
 from sandboxes.models import Sandbox
-from tests.billing.helpers import ledger_event
-from tests.conftest import PAW_AGENT, SCRIPTED_API_KEY
+from sandboxes.selectors import node_is_alive
+from sandboxes.services import nodes_reap
+from tests.billing.ledger import ledger_event
+from tests.conftest import HARNESS, PAW_AGENT, SCRIPTED_API_KEY
 from tests.factories import ConversationFactory
 from tests.live import wait_for
 
@@ -164,3 +166,123 @@ def test_the_server_run_budget_setting_stops_a_looping_run(worker_node, scripted
     assert run.errors[0]["code"] == "budget_exceeded", run.errors
     assert "300 tokens per run" in run.errors[0]["message"]
     assert assert_billed_as_run(run).tokens > 300
+
+
+# --- No run that used the model is billed zero (issue 14, point 6) ------------------------
+
+#: A first answer streamed slowly (~15 s) whose usage would come only at its end.
+LONG_STREAM = {"text": "x" * 600, "chunk": 2, "chunk_delay": 0.05, "usage": ROUND_USAGE}
+REMEMBER = "Remember: the code is 4711."
+
+
+def streamed_chars(run) -> int:
+    return sum(
+        len(text)
+        for text in RunEvent.objects.filter(run=run, type="delta").values_list(
+            "payload__text", flat=True
+        )
+    )
+
+
+def conversation_with_a_turn(scripted_model):
+    """A conversation with one finished exchange (the history its runtime carries), and the
+    scripted model loaded to stream the next answer slowly."""
+    scripted_model.load({"api_key": SCRIPTED_API_KEY, "untooled": TITLE, "fallback": "Noted."})
+    conversation = ConversationFactory()
+    first = run_start(user=conversation.user, conversation_id=conversation.id, prompt=REMEMBER)
+    assert wait_for(lambda: finished(first.id), what="the first run").status == Run.Status.DONE
+    scripted_model.load(
+        {"api_key": SCRIPTED_API_KEY, "untooled": TITLE, "responses": [LONG_STREAM]}
+    )
+    return conversation
+
+
+def start_streaming(conversation, prompt: str) -> Run:
+    """Start ``prompt`` and return once it has streamed a few deltas and reported no usage."""
+    run = run_start(user=conversation.user, conversation_id=conversation.id, prompt=prompt)
+    wait_for(lambda: RunEvent.objects.filter(run=run, type="delta").count() >= 5, what="deltas")
+    assert not RunEvent.objects.filter(run=run, type="notify", kind="usage").exists()
+    return run
+
+
+def assert_billed_an_estimate(run: Run, prompt: str, *, history: bool = True) -> UsageEvent:
+    """The run's one ledger row is the estimate from its prompt, the history it carried
+    (the first exchange, with ``history``) and the text it streamed."""
+    event = assert_billed_as_run(run)
+    sent = len(prompt) + (len(REMEMBER) + len("Noted.") if history else 0)
+    assert event.estimated is True and run.usage["estimated"] is True
+    assert event.input_tokens == estimate_tokens(sent)
+    assert event.output_tokens == estimate_tokens(streamed_chars(run)) > 0
+    assert event.rounds == 1
+    return event
+
+
+def test_a_run_cancelled_mid_stream_before_any_usage_is_billed_an_estimate(
+    celery_worker, scripted_model
+):
+    conversation = conversation_with_a_turn(scripted_model)
+    run = start_streaming(conversation, "Tell me a story.")
+    run_cancel(user=conversation.user, conversation_id=conversation.id, run_id=run.id)
+    run = wait_for(lambda: finished(run.id), what="the run to end")
+    assert run.status == Run.Status.CANCELLED
+    assert_billed_an_estimate(run, "Tell me a story.")
+
+
+def test_a_run_crashed_mid_stream_before_any_usage_is_billed_an_estimate(
+    celery_worker, scripted_model
+):
+    conversation = conversation_with_a_turn(scripted_model)
+    run = start_streaming(conversation, "Stream, then die.")
+    sandbox = Sandbox.objects.get(conversation=conversation, state__in=Sandbox.LIVE_STATES)
+    os.kill(sandbox.pid, signal.SIGKILL)
+    run = wait_for(lambda: finished(run.id), what="the run to end")
+    assert run.status == Run.Status.ERROR and run.errors[0]["code"] == "sandbox_exited"
+    assert_billed_an_estimate(run, "Stream, then die.")
+
+
+def test_a_run_past_its_time_limit_mid_stream_is_billed_an_estimate(worker_node, scripted_model):
+    worker_node.use(PAW_AGENT, PAW_RUN_TIMEOUT_SECONDS="4")
+    conversation = conversation_with_a_turn(scripted_model)
+    run = start_streaming(conversation, "Take too long.")
+    run = wait_for(lambda: finished(run.id), timeout=30, what="the run to time out")
+    assert run.status == Run.Status.ERROR and run.errors[0]["code"] == "timeout", run.errors
+    assert_billed_an_estimate(run, "Take too long.")
+
+
+def test_a_run_lost_with_its_worker_mid_stream_is_billed_an_estimate_by_the_reaper(
+    worker_node, scripted_model, settings
+):
+    worker_node.use(PAW_AGENT)
+    conversation = conversation_with_a_turn(scripted_model)
+    run = start_streaming(conversation, "Stream, then lose the worker.")
+    os.kill(worker_node.process.pid, signal.SIGKILL)
+    worker_node.process.wait(timeout=10)
+    settings.PAW_NODE_DEAD_SECONDS = 1
+    try:
+        wait_for(lambda: not node_is_alive(worker_node.name), what="the node to count as lost")
+        assert nodes_reap()["runs"] == 1
+        run = Run.objects.get(id=run.id)
+        assert run.status == Run.Status.ERROR and run.errors[0]["code"] == "worker_lost"
+        event = assert_billed_an_estimate(run, "Stream, then lose the worker.")
+        assert nodes_reap()["runs"] == 0  # exactly once
+        assert UsageEvent.objects.filter(run=run).count() == 1
+        assert UsageEvent.objects.get(run=run).tokens == event.tokens
+    finally:
+        worker_node.stop()  # the next test starts a fresh worker
+
+
+@pytest.mark.parametrize("runtime", [PAW_AGENT, HARNESS], ids=["paw-agent", "harness"])
+def test_a_run_of_either_runtime_cancelled_mid_stream_is_billed_once_never_zero(
+    worker_node, runtime, scripted_model
+):
+    worker_node.use(runtime)
+    scripted_model.load(
+        {"api_key": SCRIPTED_API_KEY, "untooled": TITLE, "responses": [LONG_STREAM]}
+    )
+    conversation = ConversationFactory()
+    run = start_streaming(conversation, "Tell me a story.")
+    run_cancel(user=conversation.user, conversation_id=conversation.id, run_id=run.id)
+    run = wait_for(lambda: finished(run.id), what="the run to end")
+    assert run.status == Run.Status.CANCELLED
+    # Neither runtime reports usage for an answer cut off mid-stream: PAW estimates it.
+    assert_billed_an_estimate(run, "Tell me a story.", history=False)

@@ -10,7 +10,7 @@ from django.test import Client
 from django.utils import timezone
 
 from billing.charts import daily_bar_chart, nice_ceiling, short_number
-from tests.billing.helpers import at, ledger_event
+from tests.billing.ledger import at, ledger_event
 from tests.conftest import PASSWORD
 
 pytestmark = pytest.mark.django_db

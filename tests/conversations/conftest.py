@@ -1,4 +1,4 @@
-"""Fixtures of the browser tests: a real Daphne process serving the chat page, Debian's
+"""Fixtures of the browser tests: a real web process (uvicorn, as production) serving the chat page, Debian's
 Chromium driven by Playwright, and a page that leaves a screenshot and its console log
 in ``test-artifacts/`` when its test fails."""
 
@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import SCRIPTED_API_KEY
-from tests.support import ROOT, child_process, free_port, output_of, wait_http, worker_database_url
+from tests.conftest import WebServer, web_server
+from tests.processes import ROOT
 
 CHROMIUM = "/usr/bin/chromium"
 #: The chat server's upload limit (bytes): small, so "too large" is cheap to test.
@@ -32,38 +31,18 @@ CHROMIUM_ARGS = [
 ]
 
 
-class ChatServer:
-    """The web process: ``base`` is its address, ``output()`` what it logged."""
-
-    def __init__(self, process, port: int) -> None:
-        self.process = process
-        self.base = f"http://127.0.0.1:{port}"
-
-    def output(self) -> str:
-        return output_of(self.process)
-
-
 @pytest.fixture(scope="module")
-def chat_server(django_db_setup, django_db_blocker, worker_node) -> Iterator[ChatServer]:
-    """Daphne serving PAW on the test database and Redis, with the same default provider
-    (the scripted model) as the worker node, and the demo provider pointing at it too."""
-    port = free_port()
-    with django_db_blocker.unblock():
-        database_url = worker_database_url()
-    env = {
-        "PAW_DATABASE_URL": database_url,
-        "PAW_LLM_BASE_URL": worker_node.model.base_url,
-        "PAW_LLM_API_KEY": SCRIPTED_API_KEY,
-        "PAW_LLM_MODEL": "scripted-model",
-        "PAW_DEMO_BASE_URL": worker_node.model.base_url,
-        "PAW_MAX_UPLOAD_BYTES": str(UPLOAD_LIMIT),
-        "PAW_THROTTLE_UPLOADS": "1000/min",
-        "PAW_THROTTLE_RUNS": "1000/min",
-    }
-    command = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
-    with child_process([*command, "paw_project.asgi:application"], env=env) as process:
-        wait_http(f"http://127.0.0.1:{port}/healthz", process=process)
-        yield ChatServer(process, port)
+def chat_server(django_db_setup, django_db_blocker, worker_node) -> Iterator[WebServer]:
+    """The web process serving PAW (see ``tests.conftest.web_server``), with a small upload
+    limit."""
+    with web_server(
+        django_db_blocker,
+        worker_node,
+        PAW_MAX_UPLOAD_BYTES=str(UPLOAD_LIMIT),
+        PAW_THROTTLE_UPLOADS="1000/min",
+        PAW_THROTTLE_RUNS="1000/min",
+    ) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +83,7 @@ class BrowserSession:
     """A browser context signed in (or not) against the chat server; ``console`` holds
     every console message and page error of its pages."""
 
-    def __init__(self, context, server: ChatServer) -> None:
+    def __init__(self, context, server: WebServer) -> None:
         self.context = context
         self.server = server
         self.console: list[str] = []
@@ -137,23 +116,32 @@ class BrowserSession:
         )
 
 
+def keep_failure_artifacts(request, context, session: BrowserSession, logs: dict[str, str]) -> None:
+    """When the test of ``request`` failed (setup or call): a screenshot of each page of
+    ``context``, the ``session``'s console, and each of ``logs`` (``name → text``, the
+    servers' output) into ``test-artifacts/``."""
+    failed = any(
+        getattr(getattr(request.node, f"report_{when}", None), "failed", False)
+        for when in ("setup", "call")
+    )
+    if not failed:
+        return
+    ARTIFACTS.mkdir(exist_ok=True)
+    name = re.sub(r"[^\w.-]+", "_", request.node.nodeid)
+    for index, page in enumerate(context.pages):
+        try:
+            page.screenshot(path=str(ARTIFACTS / f"{name}-{index}.png"), full_page=True)
+        except Exception as error:  # a crashed page cannot be shot; say so
+            session.console.append(f"(no screenshot of page {index}: {error})")
+    (ARTIFACTS / f"{name}.console.log").write_text("\n".join(session.console) + "\n")
+    for log, text in logs.items():
+        (ARTIFACTS / f"{name}.{log}.log").write_text(text[-20000:])
+
+
 @pytest.fixture
 def browser_session(request, chromium, chat_server, celery_worker) -> Iterator[BrowserSession]:
     context = chromium.new_context(viewport={"width": 1280, "height": 900}, accept_downloads=True)
     session = BrowserSession(context, chat_server)
     yield session
-    failed = any(
-        getattr(getattr(request.node, f"report_{when}", None), "failed", False)
-        for when in ("setup", "call")
-    )
-    if failed:
-        ARTIFACTS.mkdir(exist_ok=True)
-        name = re.sub(r"[^\w.-]+", "_", request.node.nodeid)
-        for index, page in enumerate(context.pages):
-            try:
-                page.screenshot(path=str(ARTIFACTS / f"{name}-{index}.png"), full_page=True)
-            except Exception as error:  # a crashed page cannot be shot; say so
-                session.console.append(f"(no screenshot of page {index}: {error})")
-        (ARTIFACTS / f"{name}.console.log").write_text("\n".join(session.console) + "\n")
-        (ARTIFACTS / f"{name}.server.log").write_text(chat_server.output()[-20000:])
+    keep_failure_artifacts(request, context, session, {"server": chat_server.output()})
     context.close()

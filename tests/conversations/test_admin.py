@@ -15,10 +15,10 @@ from django.urls import reverse
 from conversations.models import Approval, Run, RunEvent
 from conversations.services.approvals import approval_create, approval_decide, approval_expire
 from conversations.services.runs import run_start
-from conversations.workspaces import workspace_ensure
+from conversations.services.workspaces import workspace_ensure
 from tests.factories import ConversationFactory
 from tests.live import wait_for
-from tests.sandboxes.test_host import FAKE
+from tests.sandboxes.scenarios import FAKE
 
 
 @pytest.fixture

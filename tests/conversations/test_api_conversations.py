@@ -10,8 +10,9 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from conversations.models import Conversation, ConversationFile, Run, RunEvent
-from conversations.workspaces import workspace_ensure, workspace_path
-from tests.conversations.apihelpers import conversation_of, missing_id
+from conversations.selectors.workspaces import workspace_path
+from conversations.services.workspaces import workspace_ensure
+from tests.factories import conversation_of, missing_id
 
 pytestmark = pytest.mark.django_db
 
@@ -21,7 +22,10 @@ def conversation(user):
     return conversation_of(user, title="sales")
 
 
-def test_create_with_defaults_and_with_fields(api, django_capture_on_commit_callbacks):
+def test_create_with_defaults_and_with_fields(api, settings, django_capture_on_commit_callbacks):
+    settings.PAW_LLM_BASE_URL = "http://127.0.0.1:9/v1"  # the server default, active with a key
+    settings.PAW_LLM_API_KEY = "sk-test"
+    settings.PAW_LLM_MODEL = "gpt-x"
     with django_capture_on_commit_callbacks(execute=True):
         response = api.post("/api/conversations", {}, format="json")
     assert response.status_code == 201, response.content
@@ -30,7 +34,7 @@ def test_create_with_defaults_and_with_fields(api, django_capture_on_commit_call
     assert workspace_path(body["id"]).is_dir()
     response = api.post(
         "/api/conversations",
-        {"title": "Q3", "auto_approve": True, "llm_provider": "openai", "llm_model": "gpt-x"},
+        {"title": "Q3", "auto_approve": True, "llm_provider": "default", "llm_model": "gpt-x"},
         format="json",
     )
     assert response.status_code == 201
@@ -121,6 +125,91 @@ def test_patch_bad_input_is_400_and_changes_nothing(api, conversation, body):
     assert response.status_code == 400
     conversation.refresh_from_db()
     assert conversation.title == "sales" and conversation.event_cursor == 0
+
+
+@pytest.mark.parametrize(
+    ("body", "code"),
+    [
+        ({"llm_provider": "nope"}, "unknown_provider"),
+        ({"llm_provider": "💥"}, "unknown_provider"),
+        ({"llm_provider": "openai"}, "provider_inactive"),  # no key in the tests
+        ({"llm_model": "gpt-x"}, "provider_required"),
+    ],
+)
+def test_a_default_model_the_user_cannot_use_is_refused_when_set(api, conversation, body, code):
+    patched = api.patch(f"/api/conversations/{conversation.id}", body, format="json")
+    assert patched.status_code == 400, patched.json()
+    assert patched.json()["code"] == code
+    assert "the conversation's default" in patched.json()["detail"]
+    conversation.refresh_from_db()
+    assert (conversation.llm_provider, conversation.llm_model) == ("", "")
+    created = api.post("/api/conversations", body, format="json")
+    assert created.status_code == 400 and created.json()["code"] == code
+
+
+def test_a_conversation_has_its_own_approval_timeout(api, conversation):
+    url = f"/api/conversations/{conversation.id}"
+    assert api.get(url).json()["approval_timeout_seconds"] is None  # the server default
+    assert api.patch(url, {"approval_timeout_seconds": 600}, format="json").status_code == 200
+    assert api.get(url).json()["approval_timeout_seconds"] == 600
+    for bad in (5, 86_401, "soon", True):
+        response = api.patch(url, {"approval_timeout_seconds": bad}, format="json")
+        assert response.status_code == 400, bad
+    conversation.refresh_from_db()
+    assert conversation.approval_timeout_seconds == 600
+    assert api.patch(url, {"approval_timeout_seconds": None}, format="json").status_code == 200
+    conversation.refresh_from_db()
+    assert conversation.approval_timeout_seconds is None
+    created = api.post("/api/conversations", {"approval_timeout_seconds": 30}, format="json")
+    assert created.status_code == 201 and created.json()["approval_timeout_seconds"] == 30
+
+
+def test_a_conversation_keeps_its_datasources_and_its_runs_get_them(
+    api, conversation, settings, scripted_model
+):
+    """The chat page's datasource picker: the conversation's `datasources` (checked like a
+    run's) go with every run that names none; a run's own list (even `[]`) wins; one
+    disabled since is left out of the next run."""
+    from secrets_vault.models import Datasource
+    from tests.conftest import SCRIPTED_API_KEY
+
+    settings.PAW_LLM_BASE_URL = scripted_model.base_url
+    settings.PAW_LLM_API_KEY = SCRIPTED_API_KEY
+    settings.PAW_LLM_MODEL = "scripted-model"
+    for slug in ("shop", "tips", "old"):
+        Datasource.objects.create(
+            slug=slug, name=slug.title(), dialect="sqlite", connection={"database": "x.db"}
+        )
+    url = f"/api/conversations/{conversation.id}"
+    assert api.get(url).json()["datasources"] == []
+    response = api.patch(url, {"datasources": ["tips", "shop", "tips"]}, format="json")
+    assert response.status_code == 200 and response.json()["datasources"] == ["tips", "shop"]
+    for bad in (["tips", "nope"], "tips", [1], ["x"] * 21):
+        response = api.patch(url, {"datasources": bad}, format="json")
+        assert response.status_code == 400, bad
+        assert {"detail", "code"} <= set(response.json())
+    assert api.patch(url, {"datasources": ["nope"]}, format="json").json()["code"] == (
+        "unknown_datasource"
+    )
+    conversation.refresh_from_db()
+    assert conversation.datasources == ["tips", "shop"]
+
+    def start(body):
+        response = api.post(f"{url}/runs", {"prompt": "how many?", **body}, format="json")
+        assert response.status_code == 202, response.json()
+        run = Run.objects.get(id=response.json()["id"])
+        Run.objects.filter(id=run.id).update(status="done")  # the next one may start
+        return run.datasources
+
+    assert start({}) == ["tips", "shop"]
+    assert start({"datasources": ["old"]}) == ["old"]
+    assert start({"datasources": []}) == []
+    Datasource.objects.filter(slug="shop").update(enabled=False)
+    assert start({}) == ["tips"]
+    created = api.post("/api/conversations", {"datasources": ["old"]}, format="json")
+    assert created.status_code == 201 and created.json()["datasources"] == ["old"]
+    refused = api.post("/api/conversations", {"datasources": ["shop"]}, format="json")
+    assert refused.status_code == 400 and refused.json()["code"] == "unknown_datasource"
 
 
 def test_other_users_conversation_is_404_everywhere(other_api, conversation):

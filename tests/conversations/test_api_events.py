@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conversations.models import Run, RunEvent
-from tests.conversations.apihelpers import conversation_of
+from tests.factories import conversation_of
 
 pytestmark = pytest.mark.django_db
 

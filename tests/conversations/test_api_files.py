@@ -9,8 +9,10 @@ from django.test import override_settings
 from rest_framework.test import APIClient
 
 from conversations.models import ConversationFile
-from conversations.workspaces import workspace_ensure, workspace_path
-from tests.conversations.apihelpers import conversation_of, missing_id, sha256, upload
+from conversations.selectors.workspaces import workspace_path
+from conversations.services.workspaces import workspace_ensure
+from tests.conversations.multipart import sha256, upload
+from tests.factories import conversation_of, missing_id
 
 pytestmark = pytest.mark.django_db
 
@@ -133,7 +135,7 @@ def test_an_upload_the_agent_deleted_leaves_the_list_and_frees_its_name(api, con
     upload(api, conversation.id, "old.csv", b"first")
     upload(api, conversation.id, "kept.csv", b"kept")
     (workspace_path(conversation.id) / "old.csv").unlink()  # what an approved delete_file does
-    listed = api.get(f"/api/conversations/{conversation.id}/files").json()
+    listed = api.get(f"/api/conversations/{conversation.id}/files").json()["results"]
     assert [item["name"] for item in listed] == ["kept.csv"]
     again = upload(api, conversation.id, "old.csv", b"second").json()
     assert again["name"] == "old.csv"  # not "old (1).csv": the name is free again
@@ -146,7 +148,7 @@ def test_list_files_oldest_first(api, conversation):
     upload(api, conversation.id, "a.txt", b"a")
     response = api.get(f"/api/conversations/{conversation.id}/files")
     assert response.status_code == 200
-    assert [item["name"] for item in response.json()] == ["b.txt", "a.txt"]
+    assert [item["name"] for item in response.json()["results"]] == ["b.txt", "a.txt"]
 
 
 def test_delete_removes_record_and_file(api, conversation, django_capture_on_commit_callbacks):
@@ -217,6 +219,21 @@ def test_no_file_part_is_400(api, conversation):
     assert workspace_names(conversation) == {"x.txt"}
 
 
+def test_two_file_parts_are_400_and_leave_nothing(api, conversation):
+    part = b'--b\r\nContent-Disposition: form-data; name="file"; filename="t.csv"\r\n\r\na,b\r\n'
+    response = api.generic(
+        "POST",
+        f"/api/conversations/{conversation.id}/files",
+        part + part + b"--b--\r\n",
+        content_type="multipart/form-data; boundary=b",
+    )
+    assert response.status_code == 400, response.content
+    assert response.json()["code"] == "invalid"
+    assert "one file per request" in response.json()["detail"]
+    assert workspace_names(conversation) == set()
+    assert not ConversationFile.objects.filter(conversation=conversation).exists()
+
+
 def test_json_instead_of_multipart_is_415(api, conversation):
     response = api.post(f"/api/conversations/{conversation.id}/files", {"file": "x"}, format="json")
     assert response.status_code == 415
@@ -258,3 +275,25 @@ def test_uploads_are_throttled_per_user_with_retry_after(api, other_api, convers
     assert api.get(f"/api/conversations/{conversation.id}/files").status_code == 200
     theirs = conversation_of(other_user)
     assert upload(other_api, theirs.id, "a.txt", b"x").status_code == 201
+
+
+def test_the_files_list_is_paginated_like_runs_and_approvals(api, conversation):
+    """``page`` and ``page_size`` (PawPagination: default 20, at most 100) → ``{count,
+    next, previous, results}``; a page past the end answers 404."""
+    folder = workspace_ensure(conversation.id)
+    for n in range(23):
+        (folder / f"f{n:02}.txt").write_text(str(n))
+        ConversationFile.objects.create(
+            conversation=conversation, name=f"f{n:02}.txt", size=len(str(n)), sha256="0"
+        )
+    base = f"/api/conversations/{conversation.id}/files"
+    first = api.get(base).json()
+    assert first["count"] == 23 and first["previous"] is None
+    assert [f["name"] for f in first["results"]] == [f"f{n:02}.txt" for n in range(20)]
+    second = api.get(first["next"]).json()
+    assert [f["name"] for f in second["results"]] == ["f20.txt", "f21.txt", "f22.txt"]
+    assert second["next"] is None
+    small = api.get(base, {"page_size": 5, "page": 2}).json()
+    assert [f["name"] for f in small["results"]] == [f"f{n:02}.txt" for n in range(5, 10)]
+    assert len(api.get(base, {"page_size": 1000}).json()["results"]) == 23  # capped at 100
+    assert api.get(base, {"page": 9}).status_code == 404

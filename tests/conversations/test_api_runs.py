@@ -6,12 +6,12 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.core.cache import cache
 from django.utils import timezone
 
 from conversations.models import Approval, Run
-from tests.conftest import SCRIPTED_API_KEY, api_client_for, throttle_key
-from tests.conversations.apihelpers import conversation_of, missing_id
+from paw_project.throttles import rate_reset
+from tests.conftest import SCRIPTED_API_KEY, api_client_for
+from tests.factories import conversation_of, missing_id
 from tests.live import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -123,7 +123,7 @@ def test_cancel_is_202_then_409_once_finished(api, conversation):
 
 def test_run_starts_are_throttled_per_user_with_retry_after(api, user, configured, settings):
     settings.PAW_THROTTLE_RUNS = "2/min"
-    cache.delete(throttle_key("runs", user.pk))
+    rate_reset("runs", f"user-{user.pk}")
     codes = []
     for n in range(3):
         conversation = conversation_of(user, title=f"c{n}")
@@ -199,6 +199,7 @@ def test_an_expired_approval_cannot_be_decided(api, conversation):
         {"answers": "x"},
         {"answers": [""]},
         {"approved": True, "x": 1},
+        {"approved": True, "answers": ["tips.csv"]},
     ],
 )
 def test_a_malformed_decision_is_a_400_and_changes_nothing(api, conversation, body):
@@ -208,6 +209,30 @@ def test_a_malformed_decision_is_a_400_and_changes_nothing(api, conversation, bo
     response = api.post(f"/api/approvals/{approval.id}/decision", body, format="json")
     assert response.status_code == 400, response.json()
     assert Approval.objects.get(id=approval.id).status == "pending"
+
+
+@pytest.mark.parametrize("approved", ["yes", "true", 1, 0, "false"])
+def test_a_confirm_is_decided_only_by_a_json_boolean(api, conversation, approved):
+    approval = make_approval(conversation)
+    response = api.post(
+        f"/api/approvals/{approval.id}/decision", {"approved": approved}, format="json"
+    )
+    assert response.status_code == 400, response.json()
+    assert response.json()["code"] == "invalid"
+    assert response.json()["fields"] == {"approved": ["Must be a JSON boolean (true or false)."]}
+    assert Approval.objects.get(id=approval.id).status == "pending"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [{"auto_approve": "yes"}, {"approval_timeout_seconds": "60"}, {"title": 123}],
+)
+def test_conversation_fields_take_only_their_json_type(api, conversation, body):
+    before = api.get(f"/api/conversations/{conversation.id}").json()
+    response = api.patch(f"/api/conversations/{conversation.id}", body, format="json")
+    assert response.status_code == 400, response.json()
+    assert set(response.json()["fields"]) == set(body)
+    assert api.get(f"/api/conversations/{conversation.id}").json() == before
 
 
 def test_another_users_approval_is_404(other_api, conversation):

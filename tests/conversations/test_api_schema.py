@@ -19,9 +19,9 @@ from schemathesis.checks import (
 )
 
 from conversations.models import ConversationFile
-from conversations.workspaces import workspace_ensure
+from conversations.services.workspaces import workspace_ensure
 from tests.conftest import api_client_for
-from tests.conversations.apihelpers import conversation_of
+from tests.factories import conversation_of
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("reset_throttles")]
 

@@ -1,19 +1,20 @@
-"""Uploads and downloads through a real Daphne process (the ASGI path production uses)."""
+"""Uploads and downloads through a real web process (``paw_project.web``, the server
+production uses)."""
 
 from __future__ import annotations
 
 import http.client
 import json
 import os
-import sys
+import socket
 
 import pytest
 
 from accounts.models import User
 from accounts.services import auth_token_pair_for
-from conversations.workspaces import workspace_path
-from tests.conversations.apihelpers import MULTIPART, multipart, sha256
-from tests.support import child_process, free_port, wait_http, worker_database_url
+from conversations.selectors.workspaces import workspace_path
+from tests.conversations.multipart import MULTIPART, multipart, sha256
+from tests.processes import free_port, wait_http, web_process, worker_database_url
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -23,10 +24,8 @@ LIMIT = 2 * 1024 * 1024
 @pytest.fixture
 def server():
     port = free_port()
-    command = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
-    command.append("paw_project.asgi:application")
     env = {"PAW_DATABASE_URL": worker_database_url(), "PAW_MAX_UPLOAD_BYTES": str(LIMIT)}
-    with child_process(command, env=env) as process:
+    with web_process(port, **env) as process:
         wait_http(f"http://127.0.0.1:{port}/healthz", process=process)
         yield port
 
@@ -42,12 +41,39 @@ def call(port: int, method: str, path: str, token: str, body=None, headers=None)
             encode_chunked=body is not None and not isinstance(body, bytes),
         )
         response = connection.getresponse()
-        return response.status, response.read(), dict(response.getheaders())
+        return response.status, response.read(), response.headers  # names in any case
     finally:
         connection.close()
 
 
-def test_upload_download_and_limits_through_daphne(server):
+def post_expecting_continue(
+    port: int, path: str, token: str, body: bytes, content_type: str
+) -> tuple[int, bytes]:
+    """``POST`` with ``Expect: 100-continue`` (RFC 9110 §10.1.1): the body is sent only if
+    the server asks for it. ``(status, body)`` of the final answer."""
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
+        head = (
+            f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+            f"Authorization: Bearer {token}\r\nContent-Type: {content_type}\r\n"
+            f"Content-Length: {len(body)}\r\nExpect: 100-continue\r\n\r\n"
+        )
+        sock.sendall(head.encode())
+        reader = sock.makefile("rb")
+        status_line = reader.readline()
+        if b" 100 " in status_line:
+            while reader.readline() not in (b"\r\n", b""):
+                pass
+            sock.sendall(body)
+            status_line = reader.readline()
+        headers = {}
+        while (line := reader.readline()) not in (b"\r\n", b""):
+            name, _, value = line.decode("latin-1").partition(":")
+            headers[name.strip().lower()] = value.strip()
+        content = reader.read(int(headers.get("content-length", "0")))
+        return int(status_line.split()[1]), content
+
+
+def test_upload_download_and_limits_through_the_web_server(server):
     user = User.objects.create_user(username="alice", password="x" * 20)
     token = auth_token_pair_for(user=user)["access"]
     status, body, _ = call(
@@ -69,9 +95,10 @@ def test_upload_download_and_limits_through_daphne(server):
     assert status == 200 and downloaded == content
     assert "filename*=UTF-8''donn%C3%A9es.bin" in headers["Content-Disposition"]
 
-    # Over the limit with Content-Length: refused by the ASGI guard before Django reads it.
+    # Over the limit with Content-Length: refused by the ASGI guard before anything reads it,
+    # so a client that waits for "100 Continue" (as curl does for large bodies) never sends it.
     too_big = multipart("big.bin", b"x" * (LIMIT + 128 * 1024))
-    status, body, _ = call(server, "POST", files, token, too_big, {"Content-Type": MULTIPART})
+    status, body = post_expecting_continue(server, files, token, too_big, MULTIPART)
     assert status == 413 and json.loads(body)["code"] == "payload_too_large"
     # One byte over, within the envelope allowance: refused while streaming.
     one_over = multipart("over.bin", b"x" * (LIMIT + 1))

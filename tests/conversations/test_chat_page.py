@@ -1,5 +1,5 @@
-"""The web chat in a real browser: Debian's Chromium (Playwright) against a real Daphne
-process, a real Celery worker running paw-agent, and the project's scripted model."""
+"""The web chat in a real browser: Debian's Chromium (Playwright) against a real web
+process (uvicorn), a real Celery worker running paw-agent, and the project's scripted model."""
 
 from __future__ import annotations
 
@@ -15,12 +15,13 @@ import pytest
 from accounts.models import User
 from billing.models import Budget
 from conversations.models import Approval, Conversation, ConversationFile, Run
-from conversations.workspaces import workspace_ensure, workspace_path
-from paw_project.scripted_model.script import SCRIPTS_DIR
+from conversations.selectors.workspaces import workspace_path
+from conversations.services.workspaces import workspace_ensure
 from tests.conftest import PASSWORD, SCRIPTED_API_KEY
 from tests.conversations.conftest import UPLOAD_LIMIT
 from tests.live import wait_for
-from tests.support import ROOT
+from tests.processes import ROOT
+from tests.scripts import delete_script, demo_script, streaming
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.browser]
 
@@ -37,29 +38,6 @@ def assert_no_page_errors(session, allow: tuple[str, ...] = ()) -> None:
         if line.startswith(("pageerror", "error")) and not any(a in line for a in allow)
     ]
     assert problems == [], problems
-
-
-def demo_script() -> dict:
-    script = json.loads((SCRIPTS_DIR / "demo.json").read_text())
-    return {**script, "api_key": SCRIPTED_API_KEY}
-
-
-def streaming(text: str, *, chunk_delay: float) -> dict:
-    """A script answering ``text`` in 5-character deltas, ``chunk_delay`` seconds apart."""
-    return {
-        "api_key": SCRIPTED_API_KEY,
-        "responses": [{"text": text, "chunk": 5, "chunk_delay": chunk_delay}],
-    }
-
-
-def delete_script(path: str) -> dict:
-    return {
-        "api_key": SCRIPTED_API_KEY,
-        "responses": [
-            {"text": f"I will delete {path}.", "tool_calls": [{"name": "delete_file", "arguments": {"path": path}}]},
-            "Result: {{tool_result}}",
-        ],
-    }  # fmt: skip
 
 
 @pytest.fixture
@@ -254,6 +232,8 @@ def test_a_gated_action_happens_only_when_approved_in_the_page(chat, scripted_mo
     panel.wait_for()
     assert "delete_file" in panel.locator(".approval-prompt").inner_text()
     assert "old.csv" in panel.locator(".approval-prompt").inner_text()
+    # The one call the approval allows, as PAW will hold the runtime to it.
+    assert panel.locator(".approval-call").inner_text() == ('delete_file {\n  "path": "old.csv"\n}')
     assert re.search(r"\d:\d\d left to decide", panel.locator(".approval-countdown").inner_text())
     assert target.exists()  # nothing happens before the decision
     panel.get_by_role("button", name="Approve" if approve else "Decline").click()
@@ -271,13 +251,20 @@ def test_a_gated_action_happens_only_when_approved_in_the_page(chat, scripted_mo
         page.locator(".answer", has_text="declined by the user").wait_for()
 
 
-def test_an_approval_closes_when_answered_in_another_tab(chat, scripted_model):
+def asked_to_delete_old_csv(chat, scripted_model):
+    """``(page, conversation)`` once the agent, asked to delete old.csv, waits for the
+    person's approval on the chat's page."""
     scripted_model.load(delete_script("old.csv"))
     page = chat.page
     conversation = conversation_of_page(page)
     (workspace_ensure(conversation.id) / "old.csv").write_text("x")
     ask(page, "Delete old.csv")
     page.get_by_role("alertdialog", name="Approval needed").wait_for()
+    return page, conversation
+
+
+def test_an_approval_closes_when_answered_in_another_tab(chat, scripted_model):
+    page, conversation = asked_to_delete_old_csv(chat, scripted_model)
     other = chat.new_page()
     other.goto(page.url)  # the pending approval is sent again to a new tab
     other.get_by_role("alertdialog", name="Approval needed").get_by_role(
@@ -401,12 +388,7 @@ def test_cancel_stops_the_run(chat, scripted_model):
 def test_cancel_while_an_approval_waits_shows_the_text_once(chat, scripted_model):
     """The cancelled run's answer repeats its streamed text: it is shown once, live and
     after a reload."""
-    scripted_model.load(delete_script("old.csv"))
-    page = chat.page
-    conversation = conversation_of_page(page)
-    (workspace_ensure(conversation.id) / "old.csv").write_text("x")
-    ask(page, "Delete old.csv")
-    page.get_by_role("alertdialog", name="Approval needed").wait_for()
+    page, conversation = asked_to_delete_old_csv(chat, scripted_model)
     page.get_by_role("button", name="Cancel").click()
     wait_until_idle(page)
     page.get_by_role("alertdialog", name="Approval needed").wait_for(state="detached")

@@ -13,11 +13,11 @@ from django.test import Client
 from accounts.services import auth_token_pair_for, auth_tokens_revoke
 from conversations.models import Approval, Conversation, Run, RunEvent
 from conversations.services.runs import run_start
-from conversations.workspaces import workspace_ensure
+from conversations.services.workspaces import workspace_ensure
 from paw_project.asgi import application
 from tests.factories import ConversationFactory, UserFactory
 from tests.live import wait_for
-from tests.sandboxes.test_host import FAKE
+from tests.sandboxes.scenarios import FAKE
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -328,12 +328,14 @@ async def close_code(conversation_id, headers, path_suffix="") -> int:
 
 
 async def test_sockets_without_a_user_another_users_or_unknown_conversations_are_closed(db):
+    """Another user's conversation is "no such conversation" (4404), as the REST API's 404
+    for it: ids cannot be probed."""
     conversation = await database_sync_to_async(ConversationFactory)()
     origin = [(b"origin", b"http://localhost")]
     assert await close_code(conversation.id, origin) == 4401
     stranger = await database_sync_to_async(UserFactory)()
     cookie = [(b"cookie", f"sessionid={await session_cookie(stranger)}".encode())]
-    assert await close_code(conversation.id, origin + cookie) == 4403
+    assert await close_code(conversation.id, origin + cookie) == 4404
     assert await close_code("00000000-0000-0000-0000-000000000000", origin + cookie) == 4404
     assert await close_code("not-a-uuid", origin + cookie) == 4404
 
@@ -360,7 +362,7 @@ async def test_a_jwt_in_the_query_or_subprotocol_authenticates_integrations(db):
     assert await close_code(conversation.id, origin, "?token=not-a-token") == 4401
     stranger = await database_sync_to_async(UserFactory)()
     stranger_token = (await database_sync_to_async(auth_token_pair_for)(user=stranger))["access"]
-    assert await close_code(conversation.id, origin, f"?token={stranger_token}") == 4403
+    assert await close_code(conversation.id, origin, f"?token={stranger_token}") == 4404
     # A revoked token (the user logged out everywhere) is refused.
     await database_sync_to_async(auth_tokens_revoke)(user=conversation.user)
     assert await close_code(conversation.id, origin, f"?token={token}") == 4401
@@ -473,6 +475,10 @@ async def test_bad_messages_get_an_error_and_the_socket_stays_usable(db):
     tab = await connect(conversation)
     cases = [
         ("not json", "bad_json"),
+        # Deeper than Python's JSON parser recurses (it raised RecursionError: 1011).
+        ("[" * 30_000, "bad_json"),
+        ("[" * 30_000 + "]" * 30_000, "bad_json"),
+        ('{"type": "resume", "after": ' + '{"a":' * 12_000, "bad_json"),
         ("[1, 2]", "bad_message"),
         (json.dumps({"type": "launch_missiles"}), "unknown_type"),
         (json.dumps({"type": "resume", "after": "ten"}), "invalid"),

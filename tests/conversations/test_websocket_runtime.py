@@ -17,7 +17,7 @@ from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 
 from conversations.models import Approval, Conversation, Run, RunEvent
-from conversations.workspaces import workspace_ensure
+from conversations.services.workspaces import workspace_ensure
 from paw_project.asgi import application
 from tests.conftest import PAW_AGENT, SCRIPTED_API_KEY, api_client_for
 from tests.conversations.test_websocket import (

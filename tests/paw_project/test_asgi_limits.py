@@ -1,26 +1,30 @@
-"""The ASGI body guard: oversized bodies get 413 before the application reads them."""
+"""The ASGI body guard: oversized bodies get 413 before the application reads them, by the
+limit of the endpoint and of the request's credentials."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 
 import pytest
 from django.test import override_settings
 
 from paw_project.asgi import application
-from paw_project.asgi_limits import ENVELOPE_BYTES
+from paw_project.asgi_limits import ENVELOPE_BYTES, BodyKind, body_limit
+
+BEARER = (b"authorization", b"Bearer x")
 
 
-def http_scope(headers: list[tuple[bytes, bytes]]) -> dict:
+def http_scope(headers: list[tuple[bytes, bytes]], path: str = "/api/conversations") -> dict:
     return {
         "type": "http",
         "asgi": {"version": "3.0"},
         "http_version": "1.1",
         "method": "POST",
         "scheme": "http",
-        "path": "/api/conversations",
-        "raw_path": b"/api/conversations",
+        "path": path,
+        "raw_path": path.encode(),
         "query_string": b"",
         "root_path": "",
         "headers": [(b"host", b"localhost"), *headers],
@@ -51,24 +55,73 @@ async def call(scope: dict, chunks: list[bytes]) -> tuple[list[dict], int]:
     return sent, reads
 
 
+UPLOAD_PATH = f"/api/conversations/{uuid.uuid4()}/files"
+
+
+def length(size: int) -> tuple[bytes, bytes]:
+    return (b"content-length", str(size).encode())
+
+
 @override_settings(PAW_MAX_UPLOAD_BYTES=1000)
-async def test_a_content_length_over_the_limit_is_refused_without_reading_the_body():
-    length = 1000 + ENVELOPE_BYTES + 1
+async def test_an_upload_over_its_limit_is_refused_from_content_length_without_reading():
     sent, reads = await call(
-        http_scope([(b"content-length", str(length).encode())]), [b"x" * 10] * 3
+        http_scope([BEARER, length(1000 + ENVELOPE_BYTES + 1)], UPLOAD_PATH), [b"x" * 10] * 3
     )
     assert reads == 0
     assert sent[0]["status"] == 413
-    assert json.loads(sent[1]["body"])["code"] == "payload_too_large"
+    assert (b"connection", b"close") in sent[0]["headers"]
+    assert json.loads(sent[1]["body"]) == {
+        "detail": "The file is larger than the limit of 1000 bytes.",
+        "code": "payload_too_large",
+        "limit": 1000,
+    }
 
 
 @override_settings(PAW_MAX_UPLOAD_BYTES=1000)
-async def test_a_body_without_length_is_cut_off_once_over_the_limit():
-    chunk = b"x" * 16 * 1024
-    chunks = [chunk] * 20  # 320 KiB, no Content-Length (chunked)
-    sent, reads = await call(http_scope([]), chunks)
+async def test_a_chunked_upload_is_cut_off_once_over_the_limit():
+    chunks = [b"x" * 16 * 1024] * 20  # 320 KiB, no Content-Length (chunked)
+    sent, reads = await call(http_scope([BEARER], UPLOAD_PATH), chunks)
     assert sent[0]["status"] == 413
-    assert reads < len(chunks)  # stopped reading part-way
+    assert reads == 5  # 80 KiB read: past 1000 bytes + the 64 KiB envelope allowance
+
+
+@override_settings(PAW_MAX_BODY_KIB=4)
+async def test_any_other_body_is_held_to_the_small_json_limit():
+    sent, reads = await call(http_scope([BEARER, length(4 * 1024 + 1)]), [b"{}"])
+    assert (reads, sent[0]["status"]) == (0, 413)
+    assert json.loads(sent[1]["body"])["limit"] == 4096
+    sent, reads = await call(http_scope([BEARER]), [b"x" * 1024] * 10)
+    assert (reads, sent[0]["status"]) == (5, 413)
+
+
+@override_settings(PAW_MAX_BODY_KIB=1024, PAW_MAX_ANONYMOUS_BODY_KIB=2)
+@pytest.mark.parametrize(
+    ("path", "headers"),
+    [
+        ("/api/auth/token", [BEARER]),  # the endpoints used before signing in, credentials or not
+        ("/api/auth/token/refresh", []),
+        ("/api/auth/register", [(b"cookie", b"sessionid=abc")]),
+        ("/accounts/login/", []),
+        ("/accounts/register/", []),
+        ("/api/conversations", []),  # without credentials, wherever it goes
+        ("/api/conversations", [(b"cookie", b"csrftoken=abc")]),
+        (UPLOAD_PATH, []),
+        ("/no/such/page", []),
+    ],
+)
+async def test_sign_in_endpoints_and_requests_without_credentials_get_the_smallest_limit(
+    path, headers
+):
+    sent, reads = await call(http_scope([*headers, length(2 * 1024 + 1)], path), [b"{}"])
+    assert (reads, sent[0]["status"]) == (0, 413)
+    assert json.loads(sent[1]["body"])["limit"] == 2048
+
+
+@override_settings(PAW_MAX_BODY_KIB=4, PAW_MAX_ANONYMOUS_BODY_KIB=2)
+@pytest.mark.parametrize("credentials", [BEARER, (b"cookie", b"csrftoken=a; sessionid=abc")])
+async def test_credentials_of_any_kind_lift_the_anonymous_limit_elsewhere(credentials):
+    assert body_limit(http_scope([credentials])) == (BodyKind.JSON, 4096)
+    assert body_limit(http_scope([credentials], UPLOAD_PATH))[0] is BodyKind.UPLOAD
 
 
 @pytest.mark.django_db

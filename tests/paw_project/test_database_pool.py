@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import psycopg
 import pytest
 
-from tests.support import PYTHON, child_process, free_port, http_get, wait_http, worker_database_url
+from tests.processes import free_port, http_get, wait_http, web_process, worker_database_url
 
 pytestmark = pytest.mark.slow
 
@@ -34,7 +34,6 @@ def test_a_burst_of_requests_opens_no_more_connections_than_the_pool_allows(db):
         "PAW_DATABASE_URL": f"{worker_database_url()}?application_name={name}",
         "PAW_DB_POOL_MAX_SIZE": "3",
     }
-    command = [PYTHON, "-m", "paw_project.web", "--host", "127.0.0.1", "--port", str(port)]
     peak = 0
     watching = threading.Event()
 
@@ -49,7 +48,7 @@ def test_a_burst_of_requests_opens_no_more_connections_than_the_pool_allows(db):
         cookie = {"Cookie": f"sessionid={secrets.token_hex(16)}"}
         return http_get(f"http://127.0.0.1:{port}/admin/login/", timeout=30, headers=cookie)[0]
 
-    with child_process(command, env=env) as web:
+    with web_process(port, **env) as web:
         wait_http(f"http://127.0.0.1:{port}/healthz", process=web)
         watching.set()
         watcher = threading.Thread(target=watch, daemon=True)

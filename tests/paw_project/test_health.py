@@ -6,18 +6,18 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.support import (
-    PYTHON,
-    child_process,
+from tests.processes import (
     free_port,
     http_get,
     output_of,
     wait_http,
+    web_process,
     worker_database_url,
 )
 
@@ -34,12 +34,6 @@ def probe_concurrently(url: str, count: int) -> list[tuple[int, dict]]:
 
     with ThreadPoolExecutor(max_workers=count) as pool:
         return list(pool.map(probe, range(count)))
-
-
-def web_server(port: int, **env: str):
-    """The Redis-mode web process, as ``runpaw`` starts it."""
-    command = [PYTHON, "-m", "paw_project.web", "--host", "127.0.0.1", "--port", str(port)]
-    return child_process(command, env=env)
 
 
 def test_healthz_is_200_while_serving(client):
@@ -62,6 +56,7 @@ def test_readyz_is_200_when_database_broker_layer_and_a_worker_answer(client, db
     assert response.json() == {
         "status": "ok",
         "checks": {"database": "ok", "broker": "ok", "channel_layer": "ok", "worker": "ok"},
+        "sandbox_network": "isolated" if shutil.which("bwrap") else "host",
     }
 
 
@@ -71,7 +66,7 @@ def test_thirty_concurrent_probes_all_answer_and_a_later_probe_still_works(db, c
     ten at once exhausted the pool and every probe after hung for good."""
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    with web_server(port, PAW_DATABASE_URL=worker_database_url()) as web:
+    with web_process(port, PAW_DATABASE_URL=worker_database_url()) as web:
         wait_http(f"{base}/healthz", process=web)
         results = probe_concurrently(f"{base}/readyz", 30)
         assert [status for status, _ in results] == [200] * 30, results
@@ -90,7 +85,7 @@ def test_readyz_is_503_naming_each_failed_dependency_quickly_and_without_interna
         "PAW_REDIS_URL": f"redis://127.0.0.1:{dead}/0",
         "PAW_VAR_DIR": str(tmp_path),
     }
-    with web_server(port, **env) as web:
+    with web_process(port, **env) as web:
         wait_http(f"http://127.0.0.1:{port}/healthz", process=web)
         assert http_get(f"http://127.0.0.1:{port}/healthz")[0] == 200
         started = time.monotonic()
@@ -107,6 +102,7 @@ def test_readyz_is_503_naming_each_failed_dependency_quickly_and_without_interna
             "channel_layer": "unavailable",
             "worker": "unavailable",
         },
+        "sandbox_network": "isolated" if shutil.which("bwrap") else "host",
     }
     assert elapsed < 5, f"/readyz took {elapsed:.1f} s during the outage"
     for name in ("database", "broker", "channel_layer", "worker"):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.pawenv import _start_postgres_hint, _start_redis_hint
-from tests.support import child_process, free_port, output_of, wait_http
+from tests.processes import child_process, free_port, output_of, wait_http
 
 
 def _mode(path: Path) -> int:

@@ -15,7 +15,7 @@ from django.test import override_settings
 from django.urls import path
 
 from paw_project.logging import RequestIdFilter, SecurityOneLineFilter
-from tests.support import PYTHON, ROOT
+from tests.processes import PYTHON, ROOT
 
 log = logging.getLogger("tests.request_id")
 

@@ -21,8 +21,7 @@ import pytest
 from django.conf import settings
 
 from tests.paw_project.test_health import probe_concurrently
-from tests.sandboxes.observe import process_alive
-from tests.support import (
+from tests.processes import (
     PYTHON,
     ROOT,
     child_process,
@@ -32,6 +31,7 @@ from tests.support import (
     wait_http,
     worker_database_url,
 )
+from tests.sandboxes.observe import process_alive
 
 pytestmark = pytest.mark.slow
 
@@ -103,6 +103,19 @@ def test_embedded_mode_serves_health_readiness_and_admin_in_one_process(tmp_path
     assert output.rstrip().endswith("PAW stopped."), output
 
 
+def _run_to_end(base: str, api: str, prompt: dict, token: str, paw) -> dict:
+    """Start the run ``prompt`` in the conversation at ``api`` and poll it until it ends
+    (at most 120 s; ``paw``'s output in the failure)."""
+    status, run = _call(base, "POST", f"{api}/runs", prompt, token)
+    assert status == 202, run
+    deadline = time.monotonic() + 120
+    while run["status"] not in ("done", "error", "cancelled"):
+        assert time.monotonic() < deadline, f"the run did not finish: {run}\n{output_of(paw)}"
+        time.sleep(0.3)
+        run = _call(base, "GET", f"{api}/runs/{run['id']}", token=token)[1]
+    return run
+
+
 def _call(base: str, method: str, path: str, body=None, token: str = "", content_type=None):
     """``(status, parsed JSON or raw bytes)`` of one API call to a PAW process."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
@@ -128,7 +141,7 @@ def test_embedded_paw_does_the_offline_demo_end_to_end(tmp_path, migrated_sqlite
     """The main job the way `make run` starts PAW, with no API key anywhere: the scripted
     demo is the only active provider, and the real paw-agent turns tips.csv into
     summary.xlsx and chart.png with pandas and matplotlib."""
-    from tests.conversations.apihelpers import MULTIPART, multipart
+    from tests.conversations.multipart import MULTIPART, multipart
 
     process, port = embedded_paw(tmp_path, migrated_sqlite)
     with process as paw:
@@ -151,20 +164,14 @@ def test_embedded_paw_does_the_offline_demo_end_to_end(tmp_path, migrated_sqlite
         )
         assert status == 201, uploaded
         prompt = {"prompt": "average tip by day, as a spreadsheet and a chart"}
-        status, run = _call(base, "POST", f"{api}/runs", prompt, token)
-        assert status == 202, run
-        deadline = time.monotonic() + 120
-        while run["status"] not in ("done", "error", "cancelled"):
-            assert time.monotonic() < deadline, f"the run did not finish: {run}\n{output_of(paw)}"
-            time.sleep(0.3)
-            run = _call(base, "GET", f"{api}/runs/{run['id']}", token=token)[1]
+        run = _run_to_end(base, api, prompt, token, paw)
         assert run["status"] == "done", (run, output_of(paw))
         assert run["provider"] == "demo"
         assert "| Sun | 3.26 | 76 |" in run["answer"]
         assert "<table>" in run["answer_html"]
 
         _, artifacts = _call(base, "GET", f"{api}/artifacts", token=token)
-        assert {"summary.xlsx", "chart.png"} <= {a["path"] for a in artifacts}
+        assert {"summary.xlsx", "chart.png"} <= {a["path"] for a in artifacts["results"]}
         status, chart = _call(base, "GET", f"{api}/artifacts/chart.png", token=token)
         assert status == 200 and chart.startswith(b"\x89PNG\r\n\x1a\n")
         status, xlsx = _call(base, "GET", f"{api}/artifacts/summary.xlsx", token=token)
@@ -175,6 +182,75 @@ def test_embedded_paw_does_the_offline_demo_end_to_end(tmp_path, migrated_sqlite
         paw.send_signal(signal.SIGINT)
         assert paw.wait(timeout=60) == 0, output_of(paw)
     assert "Offline demo: provider 'demo'" in output_of(paw)
+    assert "Lost the admin password? Set a new one with `make changepassword`" in output_of(paw)
+
+
+def test_embedded_paw_answers_a_sql_question_from_the_demo_datasource(tmp_path, migrated_sqlite):
+    """`make run` offers the demo datasource (the tips data set as SQLite in PAW_VAR_DIR);
+    with it on the conversation, the scripted demo answers a SQL question with the rows
+    (the run's result and a table in the answer) and an interactive chart with its PNG."""
+    import csv
+    from collections import defaultdict
+
+    process, port = embedded_paw(tmp_path, migrated_sqlite)
+    with process as paw:
+        base = f"http://127.0.0.1:{port}"
+        wait_http(f"{base}/healthz", process=paw)
+        account = {"username": "analyst", "password": "a long passphrase 42"}
+        assert _call(base, "POST", "/api/auth/register", account)[0] == 201
+        token = _call(base, "POST", "/api/auth/token", account)[1]["access"]
+        _, listing = _call(base, "GET", "/api/datasources", token=token)
+        assert [(d["slug"], d["name"], d["dialect"]) for d in listing["datasources"]] == [
+            ("demo-tips", "Tips (demo)", "sqlite")
+        ]
+        status, conversation = _call(
+            base, "POST", "/api/conversations", {"datasources": ["demo-tips"]}, token
+        )
+        assert status == 201, conversation
+        api = f"/api/conversations/{conversation['id']}"
+        prompt = {"prompt": "average tip by day from the database"}
+        run = _run_to_end(base, api, prompt, token, paw)
+        assert run["status"] == "done", (run, output_of(paw))
+        assert run["datasources"] == ["demo-tips"]
+        # The rows, as SQLite computed them from the very tips.csv.
+        tips = defaultdict(list)
+        with (ROOT / "sample_data" / "tips.csv").open(newline="") as handle:
+            for row in csv.DictReader(handle):
+                tips[row["day"]].append(float(row["tip"]))
+        result = run["result"]
+        assert result["datasource"] == "demo-tips" and result["columns"] == [
+            "day", "bills", "average_tip",
+        ]  # fmt: skip
+        assert [row[:2] for row in result["rows"]] == [
+            [day, len(tips[day])] for day in ("Thur", "Fri", "Sat", "Sun")
+        ]
+        assert {row[0]: row[2] for row in result["rows"]} == {
+            "Thur": 2.77, "Fri": 2.73, "Sat": 2.99, "Sun": 3.26,
+        }  # fmt: skip
+        assert "| Sun | 3.26 | 76 |" in run["answer"] and "<table>" in run["answer_html"]
+        _, artifacts = _call(base, "GET", f"{api}/artifacts", token=token)
+        assert {"tips_by_day.plotly.json", "tips_by_day.png"} <= {
+            a["path"] for a in artifacts["results"]
+        }
+        status, chart = _call(base, "GET", f"{api}/artifacts/tips_by_day.plotly.json", token=token)
+        assert status == 200 and isinstance(chart, dict)  # application/json, parsed
+        figure = chart
+        assert figure["data"][0]["type"] == "bar"
+        assert list(figure["data"][0]["x"]) == ["Thur", "Fri", "Sat", "Sun"]
+        # The person sees the query's rows and the chart at the tool calls.
+        events = _call(base, "GET", f"{api}/events?after=0&limit=1000", token=token)[1]
+        tools = [
+            e["event"]["data"]
+            for e in events["events"]
+            if e["event"].get("type") == "notify" and e["event"].get("kind") == "tool"
+        ]
+        assert [t["name"] for t in tools] == ["run_sql", "run_python"]
+        assert tools[0]["sql_result"]["row_count"] == 4
+        assert tools[1]["files"] == ["tips_by_day.plotly.json", "tips_by_day.png"]
+        paw.send_signal(signal.SIGINT)
+        assert paw.wait(timeout=60) == 0, output_of(paw)
+    assert "Demo datasource 'demo-tips'" in output_of(paw)
+    assert (tmp_path / "var" / "demo" / "tips.sqlite3").is_file()
 
 
 def _shell(env: dict[str, str], code: str) -> str:
@@ -292,19 +368,26 @@ def redis_paw(port: int, node: str, **env: str):
 
 
 def test_redis_mode_runs_web_worker_and_beat_as_children_and_stops_them(db):
-    """With PAW_LOG_JSON=1 every line any of the processes writes is JSON."""
+    """Two web processes (PAW_WEB_PROCESSES) share the port. With PAW_LOG_JSON=1 every line
+    any of the processes writes is JSON."""
     from paw_project.celery import app
 
     port = free_port()
     node = f"runpaw-{os.getpid()}-{port}"
     base = f"http://127.0.0.1:{port}"
-    with redis_paw(port, node, PAW_LOG_JSON="1") as paw:
+    with redis_paw(port, node, PAW_LOG_JSON="1", PAW_WEB_PROCESSES="2") as paw:
         wait_http(f"{base}/healthz", process=paw)
         deadline = time.monotonic() + 60
         while not app.control.ping(destination=[f"paw@{node}"], timeout=0.5):
             assert time.monotonic() < deadline, output_of(paw)
         children = _children_of(paw.pid)
-        assert len(children) == 3, output_of(paw)
+        assert len(children) == 4, output_of(paw)
+        web = [
+            pid
+            for pid in children
+            if b"paw_project.web" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        ]
+        assert len(web) == 2, output_of(paw)
         assert http_get(f"{base}/healthz", headers={"X-Request-ID": "json-1"})[0] == 200
         status, body, _ = http_get(f"{base}/api/x", headers={"Host": "evil.example"})
         assert (status, json.loads(body)["code"]) == (400, "bad_request")

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from tests.support import PYTHON, ROOT
+from tests.processes import PYTHON, ROOT
 
 PRINT_SETTINGS = (
     "import django, json; django.setup(); from django.conf import settings as s; "
@@ -119,6 +119,34 @@ def test_celery_is_json_only_late_ack_prefetch_one_with_limits():
         ({"PAW_PORT": "65536"}, "PAW_PORT='65536' is not a TCP port"),
         ({"PAW_SANDBOX_ISOLATION": "docker"}, "PAW_SANDBOX_ISOLATION='docker': use bwrap or none"),
         ({"PAW_DEMO": "yes"}, "PAW_DEMO='yes': use auto, 1 or 0."),
+        (
+            {"PAW_WEB_PROCESSES": "2"},
+            "and 1 (or unset) in the embedded mode, which is one process.",
+        ),
+        (
+            {"PAW_WEB_PROCESSES": "-1"},
+            "PAW_WEB_PROCESSES=-1: use a positive number (0: one per core)",
+        ),
+        ({"PAW_MAX_BODY_KIB": "0"}, "PAW_MAX_BODY_KIB=0: use a positive number."),
+        (
+            {"PAW_THROTTLE_RUNS": "5 per minute"},
+            "PAW_THROTTLE_RUNS='5 per minute': use <count>/<second",
+        ),
+        ({"PAW_THROTTLE_AUTH": "10/fortnight"}, "PAW_THROTTLE_AUTH='10/fortnight': use"),
+        (
+            {"PAW_OIDC_ISSUER": "https://login.example.org"},
+            "PAW_OIDC_ISSUER is set but PAW_OIDC_CLIENT_ID and PAW_OIDC_CLIENT_SECRET not",
+        ),
+        (
+            {
+                "PAW_OIDC_ISSUER": "login.example.org",
+                "PAW_OIDC_CLIENT_ID": "paw",
+                "PAW_OIDC_CLIENT_SECRET": "{secret:OIDC}",
+            },
+            "PAW_OIDC_ISSUER='login.example.org' is not a URL",
+        ),
+        ({"PAW_OIDC_STAFF_CLAIM": "groups="}, "PAW_OIDC_STAFF_CLAIM='groups=': use CLAIM"),
+        ({"PAW_PASSWORD_LOGIN": "0"}, "PAW_PASSWORD_LOGIN=0 leaves no way to sign in"),
     ],
 )
 def test_bad_settings_are_refused_with_one_line_saying_what_to_do(tmp_path, env, message):
@@ -153,3 +181,21 @@ def test_https_settings_are_off_by_default_and_can_be_turned_on(tmp_path):
     assert _django(base, code=code).stdout.split() == ["0", "False"]
     on = {**base, "PAW_SECURE_HSTS_SECONDS": "31536000", "PAW_SECURE_SSL_REDIRECT": "1"}
     assert _django(on, code=code).stdout.split() == ["31536000", "True"]
+
+
+def test_without_password_sign_in_registration_is_closed(tmp_path):
+    env = {
+        "PAW_SECRET_KEY": "k" * 50,
+        "PAW_VAR_DIR": str(tmp_path),
+        "PAW_PASSWORD_LOGIN": "0",
+        "PAW_OIDC_ISSUER": "https://login.example.org",
+        "PAW_OIDC_CLIENT_ID": "paw",
+        "PAW_OIDC_CLIENT_SECRET": "{secret:OIDC_CLIENT_SECRET}",
+    }
+    code = (
+        "import django, json; django.setup(); from django.conf import settings as s; "
+        "print(json.dumps([s.PAW_PASSWORD_LOGIN, s.PAW_ALLOW_REGISTRATION, s.OIDC_RP_CLIENT_ID]))"
+    )
+    result = _django(env, code)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == [False, False, "paw"]

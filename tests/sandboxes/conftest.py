@@ -18,8 +18,9 @@ import pytest
 from django.conf import settings
 
 from paw_project.celery import app
-from tests.conftest import PAW_AGENT, WorkerNode
-from tests.support import worker_database_url
+from tests.conftest import HARNESS, PAW_AGENT, WorkerNode
+from tests.processes import worker_database_url
+from tests.sandboxes.scenarios import FAKE
 
 
 def require_bubblewrap() -> None:
@@ -120,3 +121,21 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
             if isinstance(value, ExtraWorkerNode) and value.process is not None:
                 report.sections.append((f"{name} log (last 6000 chars)", value.output()[-6000:]))
     return report
+
+
+@pytest.fixture(params=[PAW_AGENT, HARNESS], ids=["paw-agent", "harness"], scope="module")
+def runtime(request):
+    """Each runtime PAW drives: its own paw-agent, then python-agent-harness."""
+    return request.param
+
+
+@pytest.fixture
+def worker(worker_node, runtime):
+    """The session's worker node running ``runtime``."""
+    return worker_node.use(runtime)
+
+
+@pytest.fixture
+def fake_worker(worker_node):
+    """The session's worker node running the fake runtime (no jail, a 3 s ready timeout)."""
+    return worker_node.use(FAKE, PAW_SANDBOX_ISOLATION="none", PAW_SANDBOX_READY_TIMEOUT="3")

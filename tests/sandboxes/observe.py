@@ -1,13 +1,16 @@
 """What sandbox tests look at from the outside: the machine's process table (``/proc``, as
-an operator would check it) and the runs in the database."""
+an operator would check it), the runs and sandboxes in the database, and what the scripted
+model was sent."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from typing import Any
 
 from conversations.models import Run
+from sandboxes.models import Sandbox
 
 
 def finished(run_id: Any) -> Run | None:
@@ -88,3 +91,19 @@ def resource_limits(text: str) -> dict[str, tuple[str, str]]:
         if match:
             limits[match[1]] = (match[2], match[3])
     return limits
+
+
+def sandbox_pids(conversation) -> list[int | None]:
+    """The pids of the conversation's sandboxes, oldest first."""
+    return list(
+        Sandbox.objects.filter(conversation=conversation)
+        .order_by("started_at")
+        .values_list("pid", flat=True)
+    )
+
+
+def model_saw(scripted_model, text: str) -> bool:
+    """Whether any request the scripted model logged carried ``text`` in its messages."""
+    return any(
+        text in json.dumps(entry["body"].get("messages", [])) for entry in scripted_model.log
+    )

@@ -47,3 +47,26 @@ def test_the_admin_action_stops_the_selected_live_sandbox(celery_worker, scripte
     assert marked_processes(sandbox.id) == []
     other.refresh_from_db()
     assert other.state == Sandbox.State.READY and process_alive(other.pid)
+
+
+def test_the_worker_nodes_page_shows_each_nodes_sandbox_network(worker_node, make_user):
+    """The node records the network its sandboxes get when it starts (PAW_SANDBOX_NETWORK:
+    isolated under bubblewrap unless told host)."""
+    from django.conf import settings
+
+    from sandboxes.models import WorkerNode
+    from tests.conftest import PAW_AGENT
+    from tests.sandboxes.conftest import require_bubblewrap
+
+    require_bubblewrap()
+    operator = make_user("operator", is_staff=True, is_superuser=True)
+    client = Client()
+    client.force_login(operator)
+    page = reverse("admin:sandboxes_workernode_changelist")
+    for mode in ("host", "isolated"):
+        worker_node.use(PAW_AGENT, PAW_SANDBOX_ISOLATION="bwrap", PAW_SANDBOX_NETWORK=mode)
+        node = WorkerNode.objects.get(name=settings.PAW_NODE_NAME)
+        assert node.sandbox_network == mode
+        response = client.get(page)
+        assert response.status_code == 200
+        assert f'<td class="field-sandbox_network">{mode}</td>' in response.content.decode()

@@ -13,7 +13,6 @@ import shutil
 import sqlite3
 
 import pytest
-from django.db import connection
 from django.test import Client
 
 from conversations.models import Run, RunEvent
@@ -21,9 +20,9 @@ from sandboxes.models import Sandbox
 from secrets_vault.services import datasource_create, secret_set
 from tests.conftest import SCRIPTED_API_KEY
 from tests.live import wait_for
+from tests.pgdatasource import pg_datasource_connect, pg_datasource_settings
 from tests.secrets_vault.conftest import secret_value
 from tests.secrets_vault.leaky_urls import LEAKY_URLCONF
-from tests.support import database_settings
 
 STOCK_QUERY = "SELECT item, qty FROM paw_datasource_run_stock ORDER BY id"
 STOCK_INSERT = "INSERT INTO paw_datasource_run_stock VALUES (3, 'eraser', 1)"
@@ -43,9 +42,9 @@ def shop_sqlite(tmp_path):
 
 @pytest.fixture
 def scratch_table():
-    """A scratch table ``paw_datasource_run_stock`` (two rows) in the test PostgreSQL
-    database, committed so the sandbox sees it, dropped afterwards."""
-    with connection.cursor() as cursor:
+    """A scratch table ``paw_datasource_run_stock`` (two rows) in the datasource test
+    database (never PAW's own), committed so the sandbox sees it, dropped afterwards."""
+    with pg_datasource_connect() as cursor:
         cursor.execute("DROP TABLE IF EXISTS paw_datasource_run_stock")
         cursor.execute(
             "CREATE TABLE paw_datasource_run_stock (id int PRIMARY KEY, item text, qty int)"
@@ -54,13 +53,13 @@ def scratch_table():
             "INSERT INTO paw_datasource_run_stock VALUES (1, 'pencil', 40), (2, 'ink', 7)"
         )
     yield
-    with connection.cursor() as cursor:
+    with pg_datasource_connect() as cursor:
         cursor.execute("DROP TABLE IF EXISTS paw_datasource_run_stock")
 
 
 def postgres_settings(password_placeholder: str) -> dict:
     """Connection settings of the test database, the password as a placeholder."""
-    return {**database_settings(), "password": password_placeholder}
+    return {**pg_datasource_settings(), "password": password_placeholder}
 
 
 def tool_messages(scripted_model, prompt: str) -> list[str]:
@@ -162,6 +161,8 @@ def test_a_run_queries_the_test_postgresql_database_and_a_printed_secret_is_mask
     assert "[secret:MY_TOKEN]" in stored
     tools = [e.payload["data"] for e in stored_events if e.kind == "tool"]
     assert [(t["name"], t["ok"]) for t in tools] == [("run_sql", True), ("run_python", True)]
+    # The output shown to people (tool_output) is masked like every event.
+    assert "token: [secret:MY_TOKEN]" in tools[1]["output"]["stdout"]
     conversation_id = run["conversation_id"]
     events = api.get(f"/api/conversations/{conversation_id}/events", {"after": 0, "limit": 500})
     assert "[secret:MY_TOKEN]" in events.content.decode()
@@ -218,9 +219,9 @@ def test_a_write_to_a_read_only_postgresql_datasource_never_happens(
         ],
         auto_approve=True,  # even an approved write: the datasource is read-only
     )  # fmt: skip
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM paw_datasource_run_stock")
-        assert cursor.fetchone()[0] == 2, f"the write went through: {run['answer']}"
+    with pg_datasource_connect() as cursor:
+        count = cursor.execute("SELECT count(*) FROM paw_datasource_run_stock").fetchone()
+        assert count[0] == 2, f"the write went through: {run['answer']}"
     assert "datasource stock is read-only" in run["answer"]
 
 

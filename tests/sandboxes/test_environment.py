@@ -5,13 +5,16 @@ with, compared with the worker process that started it."""
 from __future__ import annotations
 
 import json
+from urllib.parse import urlsplit
 
 import pytest
 
 from conversations.models import Run
+from conversations.selectors.workspaces import PRIVATE_DIR
 from conversations.services.runs import run_start
-from conversations.workspaces import PRIVATE_DIR, workspace_ensure
+from conversations.services.workspaces import workspace_ensure
 from sandboxes.models import Sandbox
+from sandboxes.network import FIRST_FORWARD_PORT, PROXY_PORT
 from tests.conftest import PAW_AGENT, SCRIPTED_API_KEY
 from tests.factories import ConversationFactory
 from tests.live import wait_for
@@ -137,7 +140,14 @@ def test_the_sandbox_gets_a_fresh_environment_private_folders_and_the_configured
             limits = resource_limits(f.read())
         assert {name: limits[name] for name in expected_limits()} == expected_limits()
     runtime = process_environment(runtimes[0])
-    assert runtime["OPENAI_BASE_URL"] == scripted_model.base_url
+    if "--unshare-net" in process_command_line(runtimes[0]):
+        # An isolated network (the default under bubblewrap): the plain-HTTP endpoint is
+        # reached through the relay's first TCP forward, everything else through its proxy.
+        path = urlsplit(scripted_model.base_url).path
+        assert runtime["OPENAI_BASE_URL"] == f"http://127.0.0.1:{FIRST_FORWARD_PORT}{path}"
+        assert runtime["HTTPS_PROXY"] == f"http://127.0.0.1:{PROXY_PORT}"
+    else:
+        assert runtime["OPENAI_BASE_URL"] == scripted_model.base_url
     assert runtime["OPENAI_MODEL"] == "scripted-model"
     # The key itself came through a pipe (--secrets-fd), so it is in no environment that
     # /proc shows; the model was called with it all the same.

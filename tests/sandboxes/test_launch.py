@@ -4,8 +4,18 @@ its environment, the SQLite files bound into its jail."""
 from __future__ import annotations
 
 import json
+import os
 
-from sandboxes.launch import private_variables, sandbox_dirs, sqlite_datasource_binds
+import pytest
+
+from sandboxes.launch import (
+    host_file_put,
+    host_file_remove,
+    host_files,
+    private_variables,
+    sandbox_dirs,
+    sqlite_datasource_binds,
+)
 
 
 def test_private_folders_are_made_real_even_where_the_agent_left_a_symlink(tmp_path):
@@ -62,3 +72,30 @@ def test_sqlite_files_are_bound_read_only_unless_the_datasource_may_write(tmp_pa
     assert "/data/shop file.db-wal" in binds
     assert binds[-3:] == ["--bind-try", "/data/rw", "/data/rw"]
     assert not any("db/x" in item for item in binds)
+
+
+def test_files_go_into_the_sandboxs_host_folder_never_through_a_link(tmp_path):
+    """PAW's own files for the sandbox (knowledge indexes) land in ``.paw/host``; a link the
+    agent left (for the file, or for the folder itself) is replaced or refused, never
+    followed outside the workspace."""
+    workspace, outside = tmp_path / "workspace", tmp_path / "outside"
+    workspace.mkdir()
+    outside.mkdir()
+    (outside / "precious").write_text("keep me")
+    knowledge = sandbox_dirs(workspace)["knowledge"]
+    (knowledge / "shop.v1.sqlite3").symlink_to(outside / "precious")
+    host_file_put(workspace, ("knowledge",), "shop.v1.sqlite3", b"index")
+    assert (outside / "precious").read_text() == "keep me"
+    target = knowledge / "shop.v1.sqlite3"
+    assert not target.is_symlink() and target.read_bytes() == b"index"
+    assert oct(target.stat().st_mode & 0o777) == "0o444"
+    (knowledge / "dangling").symlink_to(outside / "nothing")
+    assert host_files(workspace, ("knowledge",)) == ["shop.v1.sqlite3"]  # no links listed
+    host_file_remove(workspace, ("knowledge",), "shop.v1.sqlite3")
+    assert not target.exists()
+    # The folder itself swapped for a link: refused, nothing written outside.
+    os.rename(knowledge, tmp_path / "moved")
+    knowledge.symlink_to(outside)
+    with pytest.raises(OSError):
+        host_file_put(workspace, ("knowledge",), "shop.v2.sqlite3", b"index")
+    assert [p.name for p in outside.iterdir()] == ["precious"]

@@ -22,7 +22,13 @@ fallbacks) and ``PAW_LLM_API_KEY``. :meth:`SecretScan.check` fails when anything
 contains one of them, as is, JSON-escaped, HTML-escaped or URL-encoded. Values shorter
 than ``MIN_MASKED_LENGTH`` are not looked for: masking leaves them too.
 
-Not covered: what a separate process serves (the Daphne of the browser tests, the
+Two helpers reach further, for the tests that produce runtime output
+(``tests/sandboxes/test_no_secret_on_any_page.py``): :func:`record_stored_runtime_output`
+records every text column of the rows that hold what runtimes wrote (events, runs,
+approvals, sandboxes' stderr tails, usage), and :func:`visit_every_admin_page` opens every
+admin change list and change page.
+
+Not covered: what a separate process serves (the web process of the browser tests, the
 worker's own output, which the tests that need it read from its log).
 """
 
@@ -309,3 +315,64 @@ def install() -> Callable[[], None]:
     for owner, name, wrap in wrappers:
         patch.setattr(owner, name, wrap(getattr(owner, name)))
     return patch.undo
+
+
+# --- what PAW stored and shows operators ----------------------------------------------------
+
+#: The apps whose rows hold what runtimes wrote (events, answers, errors, approvals' texts,
+#: stderr tails, command lines, usage) or what is derived from it.
+RUNTIME_OUTPUT_APPS = ("conversations", "sandboxes", "billing")
+
+
+def record_stored_runtime_output() -> int:
+    """Record, for the scan, every text column (``CharField``, ``TextField``,
+    ``JSONField``) of every row of the models of :data:`RUNTIME_OUTPUT_APPS`, as stored
+    in the database: what a runtime wrote must be masked *before* it is stored, not only
+    where it is shown. Returns how many values were recorded (needs database access)."""
+    from django.apps import apps
+    from django.db import models
+
+    recorded = 0
+    for label in RUNTIME_OUTPUT_APPS:
+        for model in apps.get_app_config(label).get_models():
+            columns = [
+                field.attname
+                for field in model._meta.concrete_fields
+                if isinstance(field, models.CharField | models.TextField | models.JSONField)
+            ]
+            if not columns:
+                continue
+            for row in model.objects.values_list("pk", *columns):
+                pk, *values = row
+                for column, value in zip(columns, values, strict=True):
+                    if value in (None, "", [], {}):
+                        continue
+                    text = value if isinstance(value, str) else json.dumps(value)
+                    SCAN.record(f"database {model._meta.db_table}.{column} (pk {pk})", text)
+                    recorded += 1
+    return recorded
+
+
+def visit_every_admin_page(client: Any, operator: Any) -> list[str]:
+    """GET, with ``client`` (signed in as the superuser ``operator``), the change list of
+    every model registered in the admin and the change page of each of its rows (at most
+    200 per model; what the test client receives is recorded by the scan). Returns the
+    paths visited; fails on a page that does not answer 200."""
+    from django.contrib import admin
+    from django.test import RequestFactory
+    from django.urls import reverse
+
+    request = RequestFactory().get("/admin/")
+    request.user = operator
+    visited = []
+    for model, model_admin in admin.site._registry.items():
+        info = (model._meta.app_label, model._meta.model_name)
+        paths = [reverse("admin:{}_{}_changelist".format(*info))]
+        queryset = model_admin.get_queryset(request)
+        for pk in queryset.values_list("pk", flat=True)[:200]:
+            paths.append(reverse("admin:{}_{}_change".format(*info), args=[pk]))
+        for path in paths:
+            response = client.get(path)
+            assert response.status_code == 200, (path, response.status_code)
+            visited.append(path)
+    return visited

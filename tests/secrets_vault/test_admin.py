@@ -3,15 +3,14 @@ literal passwords; "Test connection" really connects (SQLite, PostgreSQL, MariaD
 
 from __future__ import annotations
 
-import socket
 import sqlite3
-
-import pytest
+from urllib.parse import urlsplit
 
 from secrets_vault.models import CustomProvider, Datasource, Secret
 from secrets_vault.services import datasource_create, datasource_test, secret_set
+from tests.pgdatasource import pg_datasource_settings
+from tests.processes import free_port
 from tests.secrets_vault.conftest import secret_value
-from tests.support import database_settings, free_port
 
 SECRETS = "/admin/secrets_vault/secret/"
 DATASOURCES = "/admin/secrets_vault/datasource/"
@@ -123,7 +122,7 @@ def test_test_connection_really_connects_to_sqlite_and_postgresql(operator_clien
     )
     postgres = datasource_create(
         slug="warehouse", name="Warehouse", dialect="postgresql", read_only=True,
-        connection={**database_settings(), "password": "{secret:REPORTS_PG_PW}"},
+        connection={**pg_datasource_settings(), "password": "{secret:REPORTS_PG_PW}"},
     )  # fmt: skip
     page = run_test_action(operator_client, files, postgres)
     assert "Test connection of reports: Connected to SQLite" in page and "2 table(s)" in page
@@ -139,11 +138,11 @@ def test_test_connection_reports_failures_without_secret_values(operator_client,
     )  # fmt: skip
     closed_port = datasource_create(
         slug="down", name="Down", dialect="postgresql",
-        connection={**database_settings(), "port": free_port()},
+        connection={**pg_datasource_settings(), "port": free_port()},
     )  # fmt: skip
     no_secret = datasource_create(
         slug="nokey", name="No key", dialect="postgresql",
-        connection={**database_settings(), "password": "{secret:NEVER_SET}"},
+        connection={**pg_datasource_settings(), "password": "{secret:NEVER_SET}"},
     )  # fmt: skip
     page = run_test_action(operator_client, missing_file, closed_port, no_secret)
     assert (
@@ -155,20 +154,15 @@ def test_test_connection_reports_failures_without_secret_values(operator_client,
     assert not (tmp_path / f"{hidden}.sqlite3").exists(), "a test never creates a database"
 
 
-def _mariadb_reachable() -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", 3306), timeout=1).close()
-        return True
-    except OSError:
-        return False
-
-
-@pytest.mark.skipif(not _mariadb_reachable(), reason="no MariaDB/MySQL on 127.0.0.1:3306")
-def test_test_connection_reaches_mariadb_through_the_operators_api(operator_client, operator):
+def test_test_connection_reaches_mariadb_through_the_operators_api(
+    operator_client, operator, mariadb_url
+):
+    server = urlsplit(mariadb_url)
     secret_set(name="MARIA_PW", value=secret_value("maria"), user=operator)
     datasource_create(
         slug="maria", name="MariaDB", dialect="mysql",
-        connection={"host": "127.0.0.1", "port": 3306, "database": "test", "user": "root",
+        connection={"host": server.hostname, "port": server.port or 3306,
+                    "database": server.path.lstrip("/"), "user": server.username or "root",
                     "password": "{secret:MARIA_PW}"},
     )  # fmt: skip
     result = operator_client.post("/api/admin/datasources/maria/test").json()

@@ -9,8 +9,8 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from secrets_vault.models import Secret
+from tests.processes import PYTHON, ROOT, worker_database_url
 from tests.secrets_vault.conftest import secret_value
-from tests.support import PYTHON, ROOT, worker_database_url
 
 
 def run(*args: str, stdin: str = "") -> str:

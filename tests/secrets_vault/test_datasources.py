@@ -173,3 +173,31 @@ def test_operators_create_update_and_delete_datasources(operator_client):
     assert Datasource.objects.get(slug="sales").connection["password"] == "{secret:SALES_PW}"
     assert operator_client.delete("/api/admin/datasources/sales").status_code == 204
     assert operator_client.get("/api/admin/datasources/sales").status_code == 404
+
+
+@pytest.mark.parametrize(
+    "hosts",
+    ["api.internal", ["a b"], ["api.internal:99999"], ["http://x"], ["x:1"] * 21, [3]],
+)
+def test_a_datasources_allowed_hosts_are_checked_and_nothing_is_saved(operator_client, hosts):
+    response = operator_client.post(
+        "/api/admin/datasources",
+        {"slug": "lite", "name": "Lite", "dialect": "sqlite",
+         "connection": {"database": "/srv/x.db"}, "allowed_hosts": hosts},
+        format="json",
+    )  # fmt: skip
+    assert response.status_code == 400, response.json()
+    assert not Datasource.objects.filter(slug="lite").exists()
+
+
+def test_a_datasources_allowed_hosts_are_kept_and_shown(operator_client):
+    hosts = ["api.internal:443", "*.corp.test", "10.1.2.3"]
+    created = operator_client.post(
+        "/api/admin/datasources",
+        {"slug": "lite", "name": "Lite", "dialect": "sqlite",
+         "connection": {"database": "/srv/x.db"}, "allowed_hosts": hosts},
+        format="json",
+    )  # fmt: skip
+    assert created.status_code == 201, created.json()
+    assert created.json()["allowed_hosts"] == hosts
+    assert Datasource.objects.get(slug="lite").allowed_hosts == hosts

@@ -25,8 +25,8 @@ from secrets_vault.services import (
     secret_set,
 )
 from tests.conftest import SCRIPTED_API_KEY
+from tests.processes import free_port
 from tests.secrets_vault.conftest import secret_value
-from tests.support import free_port
 
 # --- A tiny OpenAI-compatible `GET /v1/models` endpoint, local to this module -----------
 
@@ -125,6 +125,7 @@ def test_without_keys_builtin_providers_are_inactive_and_say_how_to_add_one(alic
         "reason_if_inactive": openai["reason_if_inactive"],
         "default_model": "gpt-5.4",
         "models": ["gpt-5.4"],
+        "vision_models": ["gpt-5.4"],
     }
     assert "OPENAI_API_KEY" in openai["reason_if_inactive"]
     assert "/api/secrets/OPENAI_API_KEY" in openai["reason_if_inactive"]
@@ -224,6 +225,7 @@ def test_the_providers_api_shows_live_models_and_the_server_default(alice_api, m
         "reason_if_inactive": "",
         "default_model": "srv-a",
         "models": ["srv-a", "srv-b"],
+        "vision_models": [],
     }
     assert server.requests[0][1] == f"Bearer {server_key}"
 

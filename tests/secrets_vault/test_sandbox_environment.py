@@ -10,7 +10,6 @@ import subprocess
 import sys
 
 import pytest
-from django.db import connection
 
 from paw_project.errors import InvalidRequest
 from secrets_vault.masking import mask_secrets
@@ -21,8 +20,8 @@ from secrets_vault.services import (
     sandbox_environment,
     secret_set,
 )
+from tests.pgdatasource import pg_datasource_settings
 from tests.secrets_vault.conftest import secret_value
-from tests.support import database_settings
 
 
 @pytest.fixture
@@ -36,7 +35,7 @@ def sqlite_file(tmp_path):
 
 def postgres_connection(password_placeholder: str) -> dict:
     return {
-        **database_settings(),
+        **pg_datasource_settings(),
         "password": password_placeholder,
         "options": {"connect_timeout": 5, "application_name": "paw-vault-test"},
     }
@@ -167,7 +166,7 @@ def test_a_sandbox_queries_sqlite_and_postgresql_with_its_urls_and_its_output_is
     assert output["results"]["shop-files"]["rows"] == [2, 20.0]
     assert output["results"]["shop-files"]["write"].startswith("refused"), "read-only SQLite"
     assert output["results"]["shop_pg"]["rows"] == [
-        connection.settings_dict["NAME"],
+        pg_datasource_settings()["database"],
         "paw-vault-test",
     ]
     assert "read-only transaction" in output["results"]["shop_pg"]["write"]
@@ -179,3 +178,16 @@ def test_a_sandbox_queries_sqlite_and_postgresql_with_its_urls_and_its_output_is
     assert masked["results"]["shop_pg"]["url"] == "[secret:PAW_DATASOURCE_SHOP_PG_URL]"
     # A URL without any secret in it is not worth masking.
     assert masked["results"]["shop-files"]["url"].startswith("sqlite:///")
+
+
+def test_a_runs_datasources_allowed_hosts_reach_its_sandbox_once_each(alice, sqlite_file):
+    for slug, hosts in (("a", ["api.internal:443", "*.corp.test"]), ("b", ["api.internal:443"])):
+        datasource_create(
+            slug=slug, name=slug, dialect="sqlite", connection={"database": str(sqlite_file)},
+            allowed_hosts=hosts,
+        )  # fmt: skip
+    both = sandbox_environment(user=alice, datasource_slugs=["a", "b"])
+    assert both.env["PAW_SANDBOX_DATASOURCE_HOSTS"] == "api.internal:443,*.corp.test"
+    assert "PAW_SANDBOX_DATASOURCE_HOSTS" not in sandbox_environment(
+        user=alice, datasource_slugs=[]
+    ).env

@@ -5,6 +5,10 @@ without it one is generated and printed once (it is not stored anywhere else). T
 username is ``PAW_ADMIN_USERNAME`` (``admin`` when unset or empty). Does nothing when any
 superuser exists, so ``make run`` can call it on every start. Exits non-zero, saying
 what to do, when the password is too weak or a non-administrator already has the name.
+
+What it prints names the way back from a lost password (:func:`lost_password_hint`):
+``make changepassword`` (``manage.py changepassword <user>``); ``runpaw`` repeats it at
+every start.
 """
 
 from __future__ import annotations
@@ -16,6 +20,15 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
+
+
+def lost_password_hint(username: str) -> str:
+    """The sentence telling an operator how to set a new password for ``username``."""
+    return (
+        f"Lost the password of '{username}'? Set a new one with `make changepassword"
+        f"{'' if username == 'admin' else f' ADMIN_USER={username}'}` "
+        f"(that is `manage.py changepassword {username}` with make run's settings)."
+    )
 
 
 class Command(BaseCommand):
@@ -48,10 +61,12 @@ class Command(BaseCommand):
             self.stdout.write(
                 self.style.WARNING(
                     f"Created the administrator '{username}' with password: {password}\n"
-                    "  This is shown once. Change it at /admin/password_change/."
+                    "  This is shown once. Change it at /admin/password_change/.\n"
+                    f"  {lost_password_hint(username)}"
                 )
             )
         else:
             self.stdout.write(
-                f"Created the administrator '{username}' (password from PAW_ADMIN_PASSWORD)."
+                f"Created the administrator '{username}' (password from PAW_ADMIN_PASSWORD).\n"
+                f"  {lost_password_hint(username)}"
             )

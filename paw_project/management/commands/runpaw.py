@@ -1,10 +1,12 @@
 """``manage.py runpaw``: start the whole product (what ``make run`` calls after migrating).
 
-Embedded mode (``PAW_REDIS_URL`` empty): one process runs Daphne, a Celery worker thread
-on an in-memory broker, and Celery beat in a thread; it holds a lock in ``PAW_VAR_DIR``
-so that a second instance on the same folder refuses to start. With ``PAW_REDIS_URL``
-set: the web server, a Celery worker node and Celery beat run as child processes; Ctrl-C
-(or SIGTERM) stops them all, each given ``--grace`` seconds before it is killed.
+Embedded mode (``PAW_REDIS_URL`` empty): one process runs the web server (uvicorn,
+``paw_project.web``), a Celery worker thread on an in-memory broker, and Celery beat in a
+thread; it holds a lock in ``PAW_VAR_DIR`` so that a second instance on the same folder
+refuses to start. With ``PAW_REDIS_URL`` set: ``PAW_WEB_PROCESSES`` web processes sharing
+one listening socket, a Celery worker node and Celery beat run as child processes; Ctrl-C
+(or SIGTERM) stops them all, each given ``--grace`` seconds before it is killed. The
+listening socket is bound here first, so a port in use is refused before anything starts.
 
 Unless ``PAW_DEMO=0`` (or, by default, with Redis), the offline demo's scripted model is
 started on a free loopback port and offered to every user as provider ``demo``, so that a
@@ -33,8 +35,6 @@ from typing import IO, Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from paw_project.embedded import node_queues
-
 logger = logging.getLogger("paw.run")
 
 #: Seconds the process may take to exit after PAW stopped, before it is ended regardless
@@ -53,33 +53,29 @@ def browser_url(host: str, port: int) -> str:
     return f"http://{host}:{port}/"
 
 
-def check_port(host: str, port: int) -> None:
-    """Raise :class:`CommandError` with a one-line reason unless a server could listen on
-    ``host:port`` now (checked by binding it, as Twisted will, with ``SO_REUSEADDR``)."""
+def listen_socket(host: str, port: int) -> socket.socket:
+    """The listening socket of the web server(s) on ``host:port``; raises
+    :class:`CommandError` with a one-line reason when it cannot be had."""
+    from paw_project.web import listen
+
     if not 1 <= port <= 65535:
         raise CommandError(f"Port {port} is not a TCP port: use 1 to 65535, e.g. PAW_PORT=8001.")
     try:
-        family, kind, proto, _, address = socket.getaddrinfo(
-            host.strip("[]"), port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-        )[0]
+        return listen(host, port)
     except socket.gaierror as exc:
         raise CommandError(f"PAW_HOST={host!r} is not a usable address ({exc.strerror}).") from None
-    with socket.socket(family, kind, proto) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(address)
-        except PermissionError:
+    except PermissionError:
+        raise CommandError(
+            f"Not allowed to listen on port {port} (below 1024 needs root): "
+            "pick another, e.g. PAW_PORT=8001 make run."
+        ) from None
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
             raise CommandError(
-                f"Not allowed to listen on port {port} (below 1024 needs root): "
-                "pick another, e.g. PAW_PORT=8001 make run."
+                f"Port {port} on {host} is already in use (another PAW?): stop that server "
+                f"or pick another port, e.g. PAW_PORT={port + 1 if port < 65535 else 8001} make run."
             ) from None
-        except OSError as exc:
-            if exc.errno == errno.EADDRINUSE:
-                raise CommandError(
-                    f"Port {port} on {host} is already in use (another PAW?): stop that server "
-                    f"or pick another port, e.g. PAW_PORT={port + 1 if port < 65535 else 8001} make run."
-                ) from None
-            raise CommandError(f"Cannot listen on {host}:{port}: {exc.strerror}.") from None
+        raise CommandError(f"Cannot listen on {host}:{port}: {exc.strerror}.") from None
 
 
 def lock_var_dir() -> int:
@@ -136,8 +132,8 @@ def demo_wanted() -> bool:
 def demo_model_start() -> Any:
     """Start the scripted model with the bundled demo script on a free loopback port and
     point ``settings.PAW_DEMO_BASE_URL`` (and the environment children inherit) at it.
-    Returns the running :class:`~paw_project.scripted_model.ScriptedModel`."""
-    from paw_project.scripted_model import Script, ScriptedModel
+    Returns the running :class:`~scripted_model.ScriptedModel`."""
+    from scripted_model import Script, ScriptedModel
 
     # Every sandbox on the host can reach it: no request log (other users' prompts) and no
     # control endpoints (replacing the script would steer other users' agents).
@@ -145,6 +141,22 @@ def demo_model_start() -> Any:
     settings.PAW_DEMO_BASE_URL = model.base_url
     os.environ["PAW_DEMO_BASE_URL"] = model.base_url
     return model
+
+
+def demo_datasource_start() -> Any:
+    """Offer the demo datasource (``secrets_vault.services.demo``): the tips data set as a
+    SQLite file in ``PAW_VAR_DIR/demo/``. Returns the datasource, or None when it cannot
+    be made (logged: the demo model still runs)."""
+    from secrets_vault.services import demo_datasource_ensure
+
+    try:
+        return demo_datasource_ensure(
+            csv_path=settings.BASE_DIR / "sample_data" / "tips.csv",
+            db_path=settings.DEMO_DATA_DIR / "tips.sqlite3",
+        )
+    except Exception:  # a demo extra: PAW starts without it
+        logger.exception("the demo datasource could not be made")
+        return None
 
 
 def _arm_exit_watchdog(code: int) -> None:
@@ -192,11 +204,11 @@ class Command(BaseCommand):
         # readable by this user only, as `make run` arranges for its own steps too.
         os.umask(0o077)
         if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-            # A shell starts background jobs with SIGINT ignored (and Twisted then leaves
-            # it so): `kill -INT` must stop PAW all the same, like Ctrl-C in a terminal.
+            # A shell starts background jobs with SIGINT ignored (and the web server would
+            # leave it so): `kill -INT` must stop PAW all the same, like Ctrl-C in a terminal.
             signal.signal(signal.SIGINT, signal.default_int_handler)
         self._lock_fd = lock_var_dir() if settings.EMBEDDED else None
-        check_port(host, port)
+        listener = listen_socket(host, port)
         url = browser_url(host, port)
         mode = "embedded (one process, no Redis)" if settings.EMBEDDED else "Redis"
         demo = demo_model_start() if demo_wanted() else None
@@ -207,31 +219,40 @@ class Command(BaseCommand):
             if demo is not None
             else ""
         )
+        if demo is not None and demo_datasource_start() is not None:
+            demo_line += (
+                "  Demo datasource 'demo-tips' (the tips data set in SQLite): tick 'Tips (demo)' "
+                "under Data and ask for the average tip by day from the database.\n"
+            )
         self._say(
             f"PAW is starting in {mode} mode.\n"
             f"  Open {url}  (admin: {url}admin/, API docs: {url}api/docs/)\n"
             f"{demo_line}"
+            "  Lost the admin password? Set a new one with `make changepassword` "
+            "(ADMIN_USER=<name> for another account; it runs `manage.py changepassword <name>`).\n"
             "  Stop with Ctrl-C."
         )
         try:
             if settings.EMBEDDED:
-                self._run_embedded(host, port, grace)
+                self._run_embedded(listener, grace)
             else:
-                self._run_children(host, port, grace)
+                self._run_children(listener, grace)
         finally:
+            listener.close()
             if demo is not None:
                 demo.stop()
 
-    def _run_embedded(self, host: str, port: int, grace: float) -> None:
+    def _run_embedded(self, listener: socket.socket, grace: float) -> None:
         from paw_project.embedded import EmbeddedWorker
         from paw_project.web import serve
 
         worker = EmbeddedWorker()
-        listened = interrupted = stopped = False
+        served = interrupted = stopped = False
         try:
             worker.start()
             self._requeue_lost_runs()
-            listened = serve(host, port)
+            serve(listener)
+            served = True
         except KeyboardInterrupt:  # Ctrl-C before the server took over the signals
             interrupted = True
         finally:
@@ -241,9 +262,9 @@ class Command(BaseCommand):
             for signum in (signal.SIGINT, signal.SIGTERM):
                 signal.signal(signum, lambda *_: os._exit(130))
             stopped = worker.stop(timeout=grace)
-            _arm_exit_watchdog(0 if (listened or interrupted) and stopped else 1)
-        if not listened and not interrupted:
-            raise CommandError(f"The web server could not listen on {host}:{port} (see above).")
+            _arm_exit_watchdog(0 if (served or interrupted) and stopped else 1)
+        if not served and not interrupted:
+            raise CommandError("The web server failed (see above).")
         if not stopped:
             raise CommandError(f"PAW stopped, but its worker did not finish within {grace:.0f} s.")
         self._say("PAW stopped.")
@@ -257,25 +278,19 @@ class Command(BaseCommand):
         if count:
             logger.info("re-sent %d run(s) left queued by the previous start", count)
 
-    def _child_commands(self, host: str, port: int) -> dict[str, list[str]]:
+    def _child_commands(self, listener: socket.socket) -> dict[str, list[str]]:
+        """The children by name: ``PAW_WEB_PROCESSES`` web processes (``web``, or ``web-1``
+        … when several) on the inherited ``listener``, the worker node and beat."""
         python = sys.executable
-        node = settings.PAW_NODE_NAME
-        # With JSON logs, Celery's banners (plain text on stdout) are left out.
-        celery = [python, "-m", "celery", "-A", "paw_project"]
-        if settings.PAW_LOG_JSON:
-            celery.append("--quiet")
+        count = settings.PAW_WEB_PROCESSES
+        web = [python, "-m", "paw_project.web", "--fd", str(listener.fileno())]
         return {
-            "web": [python, "-m", "paw_project.web", "--host", host, "--port", str(port)],
-            "worker": [
-                *celery, "worker", "--pool", "threads",
-                "--concurrency", str(settings.PAW_WORKER_CONCURRENCY),
-                "-n", f"paw@{node}", "-Q", ",".join(node_queues(node)),
-                "--loglevel", settings.PAW_LOG_LEVEL,
-            ],
-            "beat": [*celery, "beat", "--loglevel", settings.PAW_LOG_LEVEL],
-        }  # fmt: skip
+            **{("web" if count == 1 else f"web-{n}"): web for n in range(1, count + 1)},
+            "worker": [python, "-m", "paw_project.worker"],
+            "beat": [python, "-m", "paw_project.beat"],
+        }
 
-    def _run_children(self, host: str, port: int, grace: float) -> None:
+    def _run_children(self, listener: socket.socket, grace: float) -> None:
         children: dict[str, subprocess.Popen] = {}
         stopping = False
 
@@ -295,9 +310,15 @@ class Command(BaseCommand):
             else {}
         )
         try:
-            for name, command in self._child_commands(host, port).items():
+            listener.set_inheritable(True)
+            for name, command in self._child_commands(listener).items():
                 # Own sessions: a terminal's Ctrl-C reaches only us, and we stop each in turn.
-                children[name] = subprocess.Popen(command, start_new_session=True, **output)
+                # The web processes share the listening socket (the kernel spreads
+                # connections over them).
+                fds = (listener.fileno(),) if name.startswith("web") else ()
+                children[name] = subprocess.Popen(
+                    command, start_new_session=True, pass_fds=fds, **output
+                )
                 if settings.PAW_LOG_JSON:
                     relay = threading.Thread(
                         target=_relay_json,
@@ -307,6 +328,7 @@ class Command(BaseCommand):
                     )
                     relay.start()
                     relays.append(relay)
+            listener.close()  # the web processes hold it
             while not stopping:
                 failed = {
                     name: code

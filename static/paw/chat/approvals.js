@@ -5,6 +5,17 @@
 
 import { el, formatCountdown } from "./dom.js";
 
+// The one tool call an approval allows, as PAW will hold the runtime to it (the tool and
+// its arguments); nothing when the confirm names no call (it then allows no gated tool).
+function callLines(call) {
+  if (!call || typeof call.name !== "string") return [];
+  const args = call.input ?? call.args ?? {};
+  return [
+    el("p", { class: "approval-call-label" }, "Approving allows exactly this call, once:"),
+    el("pre", { class: "approval-call" }, `${call.name} ${JSON.stringify(args, null, 2)}`),
+  ];
+}
+
 function optionLabel(option) {
   if (option && typeof option === "object") return String(option.label ?? "");
   return String(option);
@@ -47,6 +58,7 @@ export class ApprovalPanels {
       { class: "approval-panel", role: "alertdialog", "aria-label": "Approval needed", dataset: { kind: "confirm" } },
       heading,
       el("pre", { class: "approval-prompt" }, request.prompt || ""),
+      ...callLines(request.call),
       el("div", { class: "approval-actions" }, approve, decline, countdown),
     );
     const send = (approved) => this.submit(request.approval_id, { approved }, [approve, decline]);

@@ -2,12 +2,14 @@
 // uploaded files as chips, and the artifacts the agent made (images as thumbnails).
 
 import { api, apiAll, upload } from "./api.js";
+import { ATTACHABLE } from "./attachments.js";
 import { confirmAction, el, formatBytes } from "./dom.js";
 
 const INLINE_IMAGES = /\.(png|jpe?g|gif|webp)$/i;
 const PARALLEL_UPLOADS = 3;
 
-function encodePath(path) {
+/** A workspace path for a URL: each segment percent-encoded, the slashes kept. */
+export function encodePath(path) {
   return path.split("/").map(encodeURIComponent).join("/");
 }
 
@@ -16,11 +18,13 @@ export class FilesPanel {
    * @param {{chips: HTMLElement, progress: HTMLElement, artifacts: HTMLElement,
    *          artifactEmpty: HTMLElement, maxBytes: number,
    *          conversationId: () => Promise<string>, currentId: () => string|null,
-   *          onError: (message: string) => void}} options
-   *   `conversationId()` gives the open conversation's id, creating one when needed.
+   *          onError: (message: string) => void, attachments?: object}} options
+   *   `conversationId()` gives the open conversation's id, creating one when needed;
+   *   `attachments` (an AttachmentTray) gives each image an "Attach" toggle.
    */
-  constructor({ chips, progress, artifacts, artifactEmpty, maxBytes, conversationId, currentId, onError }) {
+  constructor({ chips, progress, artifacts, artifactEmpty, maxBytes, conversationId, currentId, onError, attachments }) {
     this.onError = onError;
+    this.attachments = attachments || null;
     this.chips = chips;
     this.progress = progress;
     this.artifacts = artifacts;
@@ -71,13 +75,13 @@ export class FilesPanel {
       { class: "chip", dataset: { fileId: file.id } },
       el("a", { href: `${this.base()}/files/${file.id}/content`, download: file.name, title: `Download ${file.name}` }, file.name),
       el("span", { class: "size" }, formatBytes(file.size)),
+      this.attachments && ATTACHABLE.test(file.name) ? this.attachments.toggleButton(file.name) : null,
       remove,
     );
   }
 
   async refreshArtifacts() {
-    const artifacts = await api("GET", `${this.base()}/artifacts`);
-    const list = Array.isArray(artifacts) ? artifacts : artifacts.results || [];
+    const list = await apiAll(`${this.base()}/artifacts?page_size=100`);
     this.artifactEmpty.hidden = list.length > 0;
     this.madeCount = list.length;
     this.showCount();
@@ -108,6 +112,7 @@ export class FilesPanel {
     }
     parts.push(el("a", { href: url, download: "", class: "download", title: `Download ${artifact.path}` }, artifact.path));
     parts.push(el("span", { class: "size" }, formatBytes(artifact.size)));
+    if (this.attachments && ATTACHABLE.test(artifact.path)) parts.push(this.attachments.toggleButton(artifact.path));
     return el("li", { class: "artifact", dataset: { path: artifact.path } }, ...parts);
   }
 

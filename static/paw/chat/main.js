@@ -1,73 +1,83 @@
-// The chat page: wires the sidebar, the transcript, files, approvals, the model picker
-// and the usage badge to the REST API and the conversation's websocket.
+// The chat page's start-up: builds the parts (sidebar, transcript, files, approvals, the
+// model picker, the usage badge), wires them to the REST API and the conversation's
+// websocket, and loads the open conversation. What each websocket message does is in
+// messages.js, the composer in composer.js, the header's dialogs in dialogs.js.
 
 import { api, apiAll } from "./api.js";
 import { ApprovalPanels } from "./approvals.js";
-import { confirmAction, nearBottom } from "./dom.js";
-import { FilesPanel } from "./files.js";
+import { AttachmentTray } from "./attachments.js";
+import { setupComposer } from "./composer.js";
+import { setupDialogs } from "./dialogs.js";
+import { setupDrawer } from "./drawer.js";
+import { nearBottom } from "./dom.js";
+import { DatasourcePicker } from "./datasources.js";
+import { setupExports } from "./exports.js";
+import { encodePath, FilesPanel } from "./files.js";
+import { messageHandlers } from "./messages.js";
 import { ModelPicker } from "./models.js";
+import { $, base, config, showError, showTitle, state } from "./page.js";
 import { Sidebar } from "./sidebar.js";
 import { ConversationSocket } from "./socket.js";
 import { Transcript } from "./transcript.js";
 import { UsageBadge } from "./usage.js";
-
-const config = JSON.parse(document.getElementById("paw-config").textContent);
-const $ = (id) => document.getElementById(id);
-
-const state = {
-  conversationId: config.conversationId,
-  conversation: null,
-  creating: null,
-  socket: null,
-  pendingChoice: { llm_provider: "", llm_model: "" },
-  stickToBottom: true,
-};
+import { TurnVersions } from "./versions.js";
+import { Attention } from "./attention.js";
+import { UserSocket } from "./user_socket.js";
 
 const transcriptEl = $("transcript");
-const prompt = $("prompt");
-const sendButton = $("send");
-const cancelButton = $("cancel-run");
-const runStatus = $("run-status");
-const composerError = $("composer-error");
-const connection = $("connection");
 
-const base = () => `/api/conversations/${state.conversationId}`;
+// The parts, and the conversation's lifecycle they share (the other modules get `page`).
+const page = {
+  ensureConversation,
+  refreshConversation,
+  updateRunControls: () => {},
+};
 
-// --- the parts ----------------------------------------------------------------------
-
-const transcript = new Transcript(transcriptEl, {
+page.transcript = new Transcript(transcriptEl, {
   fetchRun: (runId) => api("GET", `${base()}/runs/${runId}`),
   demoProvider: config.demoProvider,
+  artifactUrl: (path) => `${base()}/artifacts/${encodePath(path)}`,
+  plotlyUrl: config.plotlyUrl,
+  // Staff teach PAW a datasource from the page: a run_sql that answered well becomes an
+  // example (POST /api/admin/datasources/{slug}/knowledge, checked read-only there).
+  saveExample: config.isStaff
+    ? ({ datasource, title, sql }) =>
+        api("POST", `/api/admin/datasources/${encodeURIComponent(datasource)}/knowledge`, { kind: "example", title, sql })
+    : null,
   onChange: () => {
+    page.versions?.refresh();
     if (state.stickToBottom) transcriptEl.scrollTop = transcriptEl.scrollHeight;
-    updateRunControls();
+    page.updateRunControls();
+  },
+});
+// Edit the last prompt, regenerate the last answer, switch between a turn's versions.
+page.versions = new TurnVersions(page.transcript, {
+  replace: (runId, prompt) => api("POST", `${base()}/runs`, prompt === null ? { replaces: runId } : { replaces: runId, prompt }),
+  onError: (message) => showError(message),
+  started: (run) => {
+    showError("");
+    state.stickToBottom = true;
+    const view = page.transcript.run(run.id);
+    view.setPrompt(run.prompt);
+    view.setStatus(run);
+    page.usage.setRun({ input: 0, output: 0 });
+    page.sidebar.note(state.conversationId, { active: true });
+    page.transcript.onChange();
   },
 });
 transcriptEl.addEventListener("scroll", () => {
   state.stickToBottom = nearBottom(transcriptEl);
 });
 
-const approvals = new ApprovalPanels($("approvals"), {
+page.approvals = new ApprovalPanels($("approvals"), {
   decide: async (approvalId, decision) => {
     if (state.socket && state.socket.send({ type: "agent_confirm_response", approval_id: approvalId, ...decision })) return;
     await api("POST", `/api/approvals/${approvalId}/decision`, decision); // no socket: the API
   },
 });
 
-const files = new FilesPanel({
-  chips: $("file-chips"),
-  progress: $("upload-progress"),
-  artifacts: $("artifact-list"),
-  artifactEmpty: $("artifact-empty"),
-  maxBytes: config.maxUploadBytes,
-  conversationId: () => ensureConversation(),
-  currentId: () => state.conversationId,
-  onError: (message) => showError(message),
-});
-
-const sidebar = new Sidebar($("conversation-list"), $("conversation-list-empty"), () => state.conversationId);
-
-const picker = new ModelPicker($("model-picker"), $("model-note"), {
+page.picker = new ModelPicker($("model-picker"), $("model-note"), {
+  demoProvider: config.demoProvider,
   onChange: async (choice) => {
     if (!state.conversationId) {
       state.pendingChoice = choice;
@@ -76,17 +86,70 @@ const picker = new ModelPicker($("model-picker"), $("model-note"), {
     state.conversation = await api("PATCH", base(), choice);
   },
 });
-picker.onProvider((name) => {
+page.attachments = new AttachmentTray({ tray: $("attachment-tray"), note: $("attachment-note"), picker: page.picker });
+
+page.files = new FilesPanel({
+  chips: $("file-chips"),
+  progress: $("upload-progress"),
+  artifacts: $("artifact-list"),
+  artifactEmpty: $("artifact-empty"),
+  maxBytes: config.maxUploadBytes,
+  conversationId: () => ensureConversation(),
+  currentId: () => state.conversationId,
+  onError: (message) => showError(message),
+  attachments: page.attachments,
+});
+$("upload-button").addEventListener("click", () => $("file-input").click());
+$("file-input").addEventListener("change", (event) => {
+  page.files.add(event.target.files);
+  event.target.value = "";
+});
+page.files.acceptDrops($("main"), $("drop-overlay"));
+
+page.attention = new Attention($("notify-me"));
+page.sidebar = new Sidebar($("conversation-list"), $("conversation-list-empty"), () => state.conversationId, {
+  search: $("conversation-search"),
+  searchNote: $("conversation-search-note"),
+  onChange: (conversations) => page.attention.update(conversations),
+});
+// The conversation list's live feed: every conversation's state, over one socket.
+page.userSocket = new UserSocket({
+  onMessage: (message) => page.sidebar.onMessage(message),
+  onOpen: () => page.sidebar.refresh(),
+});
+page.userSocket.connect();
+
+page.picker.onProvider((name) => {
   $("demo-banner").hidden = !(config.demoProvider && name === config.demoProvider);
   // With a real provider available, the way out of the demo is the model picker.
-  if (picker.providers.some((p) => p.active && p.name !== config.demoProvider)) {
+  if (page.picker.providers.some((p) => p.active && p.name !== config.demoProvider)) {
     $("demo-next").textContent = "Pick another model above to talk to a real one.";
   }
 });
 
-const usage = new UsageBadge($("usage-badge"));
+page.datasources = new DatasourcePicker($("datasource-picker"), {
+  save: async (slugs) => {
+    await ensureConversation();
+    state.conversation = await api("PATCH", base(), { datasources: slugs });
+    return state.conversation.datasources;
+  },
+  onError: (message) => showError(message),
+});
 
-// --- conversation ---------------------------------------------------------------------
+page.usage = new UsageBadge($("usage-badge"));
+page.exports = setupExports();
+
+page.updateRunControls = setupComposer(page);
+setupDialogs(page);
+setupDrawer();
+const handlers = messageHandlers(page);
+const onState = handlers.onState;
+function onMessage(message) {
+  if (message.type === "run.status") page.versions.note({ id: message.run_id, replaces: message.replaces });
+  handlers.onMessage(message);
+}
+
+// --- the conversation -------------------------------------------------------------------
 
 /** The open conversation's id; the first upload, message or setting creates one. */
 function ensureConversation() {
@@ -112,14 +175,10 @@ function opened(conversation) {
   showTitle(conversation.title);
   $("rename-conversation").hidden = false;
   $("delete-conversation").hidden = false;
-  sidebar.refresh();
+  $("forget-memory").hidden = false;
+  page.exports.show();
+  page.sidebar.refresh();
   connect();
-}
-
-function showTitle(title) {
-  const shown = title || "New conversation";
-  $("conversation-title").textContent = shown;
-  document.title = `${shown} · PAW`;
 }
 
 async function refreshConversation() {
@@ -130,11 +189,9 @@ async function refreshConversation() {
     return;
   }
   showTitle(state.conversation.title);
-  sidebar.note(state.conversationId, { title: state.conversation.title });
+  page.sidebar.note(state.conversationId, { title: state.conversation.title });
   return state.conversation;
 }
-
-// --- the socket -----------------------------------------------------------------------
 
 function connect() {
   if (state.socket) return;
@@ -143,274 +200,18 @@ function connect() {
   state.socket.connect();
 }
 
-let replayQuiet = null;
-let artifactsSoon = null;
-
-function refreshArtifactsSoon() {
-  clearTimeout(artifactsSoon);
-  artifactsSoon = setTimeout(() => files.refreshArtifacts().catch(() => {}), 300);
-}
-
-function onMessage(message) {
-  switch (message.type) {
-    case "run.event": {
-      clearTimeout(replayQuiet);
-      replayQuiet = setTimeout(() => transcriptEl.setAttribute("aria-busy", "false"), 400);
-      transcript.handleEvent(message);
-      const event = message.event || {};
-      const view = transcript.runs.get(message.run_id);
-      if (event.type === "notify" && event.kind === "usage" && view?.active) usage.setRun(event.data);
-      if ((event.type === "notify" && event.kind === "tool") || event.type === "result") refreshArtifactsSoon();
-      break;
-    }
-    case "run.status": {
-      transcript.handleStatus(message);
-      const view = transcript.runs.get(message.run_id);
-      sidebar.note(state.conversationId, { active: Boolean(transcript.activeRun()) });
-      if (view && !view.active) {
-        showError(""); // e.g. "still working" no longer holds
-        refreshArtifactsSoon();
-        files.refreshFiles().catch(() => {});
-        usage.refresh();
-        if (view.usage) usage.setRun(view.usage);
-      }
-      break;
-    }
-    case "agent_confirm_request":
-      approvals.show(message);
-      transcript.noteApproval({ ...message, status: "pending" });
-      break;
-    case "agent_confirm_resolved":
-      approvals.resolve(message);
-      transcript.noteApproval(message);
-      break;
-    case "error":
-      if (message.code === "approval_closed") reconcileApprovals();
-      else showError(message.detail);
-      break;
-    default:
-      break;
-  }
-}
-
-function onState(socketState, detail) {
-  connection.dataset.state = socketState;
-  connection.textContent = {
-    connecting: "Connecting…",
-    connected: "Connected",
-    reconnecting: "Reconnecting…",
-    closed: detail || "Disconnected",
-  }[socketState];
-  connection.title = socketState === "reconnecting" && detail ? `Next try in ${detail} s` : "";
-  if (socketState === "closed" && /signed out/.test(detail || "")) {
-    location.assign(`/accounts/login/?next=${encodeURIComponent(location.pathname)}`);
-  }
-  if (socketState === "connected") setTimeout(reconcile, 1500);
-}
-
-/** After a reconnect: what may have ended while the socket was down. */
-async function reconcile() {
-  await reconcileApprovals();
-  const conversation = await refreshConversation();
-  if (!conversation) return;
-  for (const view of transcript.runs.values()) {
-    if (view.active && view.runId !== conversation.active_run_id) {
-      try {
-        transcript.handleStatus({ ...(await api("GET", `${base()}/runs/${view.runId}`)), run_id: view.runId });
-      } catch {
-        // the next reconnect tries again
-      }
-    }
-  }
-  updateRunControls();
-}
-
-async function reconcileApprovals() {
-  if (!state.conversationId) return;
-  try {
-    const pending = await apiAll(`${base()}/approvals?status=pending&page_size=100`);
-    approvals.keepOnly(new Set(pending.map((approval) => approval.id)));
-    const all = await apiAll(`${base()}/approvals?page_size=100`);
-    transcript.seedApprovals(all);
-  } catch {
-    // shown again on the next connect
-  }
-}
-
-// --- the composer ---------------------------------------------------------------------
-
-function showError(text) {
-  composerError.textContent = text || "";
-  composerError.hidden = !text;
-}
-
-function updateRunControls() {
-  const active = transcript.activeRun();
-  cancelButton.hidden = !active;
-  sendButton.disabled = Boolean(active) || Boolean(state.sending);
-  sendButton.title = active ? "The agent is still working: wait for it, or cancel it." : "";
-  // A status region: screen readers hear "Working…", then how the run ended.
-  const last = active || [...transcript.runs.values()].pop();
-  runStatus.textContent = last ? last.statusEl.textContent : "";
-}
-
-async function send(event) {
-  event.preventDefault();
-  const text = prompt.value.trim();
-  if (!text) {
-    prompt.focus();
-    return;
-  }
-  if (transcript.activeRun()) {
-    showError("The agent is still working on your last message: wait for it, or cancel it.");
-    return;
-  }
-  showError("");
-  state.sending = true;
-  updateRunControls();
-  try {
-    const id = await ensureConversation();
-    const untitled = !state.conversation?.title;
-    const run = await api("POST", `/api/conversations/${id}/runs`, { prompt: text });
-    prompt.value = "";
-    state.stickToBottom = true;
-    const view = transcript.run(run.id);
-    view.setPrompt(run.prompt);
-    view.setStatus(run);
-    usage.setRun({ input: 0, output: 0 });
-    sidebar.note(id, { active: true });
-    transcript.onChange();
-    if (untitled) refreshConversation();
-  } catch (error) {
-    showError(error.message);
-  } finally {
-    state.sending = false;
-    updateRunControls();
-  }
-}
-
-$("composer").addEventListener("submit", send);
-prompt.addEventListener("keydown", (event) => {
-  if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
-    event.preventDefault();
-    $("composer").requestSubmit();
-  }
-});
-
-cancelButton.addEventListener("click", async () => {
-  const active = transcript.activeRun();
-  if (!active) return;
-  cancelButton.disabled = true;
-  runStatus.textContent = "Cancelling…";
-  try {
-    await api("POST", `${base()}/runs/${active.runId}/cancel`);
-  } catch (error) {
-    if (error.code !== "run_finished") showError(error.message);
-  } finally {
-    cancelButton.disabled = false;
-  }
-});
-
-// --- files ----------------------------------------------------------------------------
-
-$("upload-button").addEventListener("click", () => $("file-input").click());
-$("file-input").addEventListener("change", (event) => {
-  files.add(event.target.files);
-  event.target.value = "";
-});
-files.acceptDrops($("main"), $("drop-overlay"));
-
-// --- conversation settings ------------------------------------------------------------
-
-$("auto-approve").addEventListener("change", async (event) => {
-  const wanted = event.target.checked;
-  try {
-    if (!state.conversationId) {
-      await ensureConversation(); // created with the box's value
-      return;
-    }
-    state.conversation = await api("PATCH", base(), { auto_approve: wanted });
-  } catch (error) {
-    event.target.checked = !wanted;
-    showError(error.message);
-  }
-});
-
-// A new conversation starts as a blank page: the first message or upload creates it, so
-// clicking twice leaves no empty conversations behind.
-$("new-conversation").addEventListener("click", () => {
-  if (state.conversationId) location.assign("/");
-  else prompt.focus();
-});
-
-$("rename-conversation").addEventListener("click", () => {
-  const dialog = $("rename-dialog");
-  $("rename-input").value = state.conversation?.title || "";
-  dialog.showModal();
-});
-$("rename-cancel").addEventListener("click", () => $("rename-dialog").close("cancel"));
-$("rename-dialog").addEventListener("close", async () => {
-  if ($("rename-dialog").returnValue !== "ok") return;
-  try {
-    state.conversation = await api("PATCH", base(), { title: $("rename-input").value.trim() });
-    showTitle(state.conversation.title);
-    sidebar.note(state.conversationId, { title: state.conversation.title });
-  } catch (error) {
-    showError(error.message);
-  }
-});
-
-$("delete-conversation").addEventListener("click", async () => {
-  const sure = await confirmAction({
-    title: "Delete this conversation?",
-    text: "Its messages, its files and everything the agent made are deleted for good.",
-    ok: "Delete",
-    cancel: "Keep it",
-  });
-  if (!sure) return;
-  try {
-    await api("DELETE", base());
-    location.assign("/");
-  } catch (error) {
-    showError(error.message);
-  }
-});
-
-// --- narrow screens -------------------------------------------------------------------
-
-const narrow = window.matchMedia("(max-width: 48rem)");
-const sidebarToggle = $("sidebar-toggle");
-sidebarToggle.addEventListener("click", () => {
-  const open = !document.body.classList.contains("sidebar-open");
-  document.body.classList.toggle("sidebar-open", open);
-  sidebarToggle.setAttribute("aria-expanded", String(open));
-  if (open) document.querySelector("#conversation-list a, #new-conversation")?.focus();
-});
-function closeSidebar() {
-  if (!document.body.classList.contains("sidebar-open")) return;
-  document.body.classList.remove("sidebar-open");
-  sidebarToggle.setAttribute("aria-expanded", "false");
-  sidebarToggle.focus();
-}
-$("main").addEventListener("click", (event) => {
-  if (!sidebarToggle.contains(event.target)) closeSidebar();
-});
-document.addEventListener("keydown", (event) => {
-  if (event.key === "Escape") closeSidebar();
-});
-// On a phone the conversation gets the height: the files start folded.
-if (narrow.matches) $("files").open = false;
-
-// --- start ----------------------------------------------------------------------------
+// --- start ------------------------------------------------------------------------------
 
 async function start() {
+  const { transcript, files, sidebar, picker, usage, datasources } = page;
   sidebar.refresh();
   usage.refresh();
+  const datasourcesLoaded = datasources.load().catch(() => {});
   picker.load().catch((error) => {
     $("model-note").textContent = error.message;
   });
   if (!state.conversationId) {
-    prompt.focus();
+    $("prompt").focus();
     return;
   }
   try {
@@ -421,8 +222,10 @@ async function start() {
     ]);
     state.conversation = conversation;
     picker.set(conversation);
+    datasourcesLoaded.then(() => datasources.set(conversation));
     $("auto-approve").checked = conversation.auto_approve;
     transcript.seedRuns(runs);
+    page.versions.seed(runs);
     transcript.seedApprovals(approvalList);
     const last = runs[runs.length - 1];
     if (last && last.usage) usage.setRun(last.usage);
@@ -433,7 +236,7 @@ async function start() {
   connect();
   state.stickToBottom = true;
   transcript.onChange();
-  prompt.focus();
+  $("prompt").focus();
 }
 
 start();

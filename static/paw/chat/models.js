@@ -10,12 +10,14 @@ export class ModelPicker {
   /**
    * @param {HTMLSelectElement} select
    * @param {HTMLElement} note where the reason of an inactive provider or an error goes
-   * @param {{onChange: (choice: {llm_provider: string, llm_model: string}) => Promise<void>}} options
+   * @param {{onChange: (choice: {llm_provider: string, llm_model: string}) => Promise<void>,
+   *   demoProvider?: string|null}} options demoProvider: the offline demo's provider name, if offered
    */
-  constructor(select, note, { onChange }) {
+  constructor(select, note, { onChange, demoProvider = null }) {
     this.select = select;
     this.note = note;
     this.onChange = onChange;
+    this.demoProvider = demoProvider;
     this.providers = [];
     this.userDefault = { llm_provider: "", llm_model: "" };
     this.choice = { llm_provider: "", llm_model: "" };
@@ -47,9 +49,18 @@ export class ModelPicker {
 
   render() {
     const automatic = this.providers.find((p) => p.name === this.effectiveProviderWithout());
-    const autoLabel = automatic ? `Automatic: ${automatic.label}` : "Automatic";
+    // When "Automatic" is the offline demo (nothing else is available), that option is the
+    // demo: it is listed once, not a second time as its own group (unless chosen by name).
+    const demoIsAutomatic =
+      automatic && automatic.name === this.demoProvider && this.choice.llm_provider !== automatic.name;
+    const autoLabel = !automatic
+      ? "Automatic"
+      : demoIsAutomatic
+        ? `Automatic: ${automatic.label} (${automatic.default_model || automatic.models[0] || ""})`
+        : `Automatic: ${automatic.label}`;
     const options = [el("option", { value: "" }, autoLabel)];
     for (const provider of this.providers) {
+      if (demoIsAutomatic && provider.name === this.demoProvider) continue;
       const label = provider.active ? provider.label : `${provider.label} — not available`;
       const group = el("optgroup", { label, disabled: !provider.active });
       const models = provider.models.length ? provider.models : [provider.default_model].filter(Boolean);

@@ -7,8 +7,7 @@
 
 const CLOSE_REASONS = {
   4401: "You are signed out: sign in again.",
-  4403: "This conversation belongs to someone else.",
-  4404: "This conversation no longer exists.",
+  4404: "This conversation does not exist (or no longer does).",
 };
 
 export class ConversationSocket {

@@ -7,6 +7,7 @@
 // a reload mid-run shows the full text once.
 
 import { el, formatCall, formatNumber } from "./dom.js";
+import { highlightSql, mediaFigures, outputBlocks, resultTable, saveExampleForm } from "./results.js";
 
 const STATUS_TEXT = {
   queued: "Waiting for the agent…",
@@ -116,6 +117,12 @@ class RunView {
     this.promptEl.hidden = false;
   }
 
+  /** The images sent to the model with the prompt (workspace paths), under it. */
+  setAttachments(paths) {
+    if (!paths || !paths.length || this.promptEl.querySelector(".prompt-attachments")) return;
+    this.promptEl.append(el("span", { class: "prompt-attachments" }, `Images sent to the model: ${paths.join(", ")}`));
+  }
+
   /** A run's state (from the run list or a `run.status` message). */
   setStatus({ status, errors, usage, model, provider }) {
     // Messages can cross (a "queued" announced after the worker's "starting"): a run
@@ -184,14 +191,17 @@ class RunView {
       if (!call || typeof call.name !== "string") continue;
       // paw-agent adds the whole values ("input") to the protocol's short reprs ("args").
       const full = call.input && typeof call.input === "object" ? call.input : null;
-      this.addTool(call.name, formatCall(call.name, call.args), "waiting", full || call.args, Boolean(full));
+      // The row's label shows code as it reads, line breaks and all (not as `\n` escapes).
+      const shown = full || Object.fromEntries(Object.entries(call.args || {}).map(([k, v]) => [k, readable(v)]));
+      this.addTool(call.name, formatCall(call.name, shown), "waiting", full || call.args, Boolean(full));
     }
   }
 
   addTool(name, label, state, args = null, raw = false) {
     const stateEl = el("span", { class: "tool-state" });
     const icon = el("span", { class: "spinner", "aria-hidden": "true" });
-    const summary = el("summary", {}, icon, el("span", { class: "call", title: label }, label), stateEl);
+    const callEl = el("span", { class: label.includes("\n") ? "call multiline" : "call", title: label }, label);
+    const summary = el("summary", {}, icon, callEl, stateEl);
     const details = args && Object.keys(args).length ? argumentList(args, raw) : el("p", { class: "muted small" }, "No arguments shown.");
     const body = el("div", { class: "tool-body" }, details);
     const element = el("details", { class: "tool", dataset: { tool: name } }, summary, body);
@@ -232,6 +242,35 @@ class RunView {
       this.tools.find((t) => t.name === data.name && ["running", "waiting"].includes(t.state)) ||
       this.addTool(data.name || "tool", data.name || "tool", "running");
     this.setToolState(tool, data.ok ? "ok" : declined ? "declined" : "error", summary);
+    this.showResult(tool, data);
+  }
+
+  /**
+   * What the call gave back (paw-agent's `tool_output`): in the opened row, a run_sql
+   * result or a DataFrame as a table, then the output; after the row, in the transcript,
+   * the images and charts it made.
+   */
+  showResult(tool, data) {
+    const sql = data.sql_result && typeof data.sql_result === "object" ? data.sql_result : null;
+    const table = sql || (data.table && typeof data.table === "object" ? data.table : null);
+    const parts = [];
+    if (sql && sql.sql) parts.push(highlightSql(sql.sql));
+    if (table) parts.push(resultTable(table, sql ? sql.datasource : "DataFrame"));
+    if (sql && sql.sql && sql.datasource && this.transcript.saveExample) {
+      parts.push(saveExampleForm(sql, this.promptText.textContent, this.transcript.saveExample));
+    }
+    // A table is the stdout of a run_sql (its text for the model): not shown twice.
+    parts.push(...outputBlocks(data.output, { skipStdout: Boolean(sql) }));
+    if (parts.length) {
+      tool.body.querySelector(".tool-summary")?.remove();
+      tool.body.append(el("div", { class: "tool-result" }, ...parts));
+    }
+    const figures = mediaFigures(data.files, this.transcript.artifactUrl, this.transcript.plotlyUrl);
+    if (figures.length) {
+      const media = el("div", { class: "tool-media", dataset: { tool: tool.name } }, ...figures);
+      tool.element.after(media);
+      this.lastText = null;
+    }
   }
 
   /** End the rows still going (the run ended, or the model is talking again). */
@@ -328,11 +367,19 @@ class RunView {
 export class Transcript {
   /**
    * @param {HTMLElement} root the scrolling container
-   * @param {{fetchRun: (runId: string) => Promise<object>, demoProvider: string|null, onChange: () => void}} options
+   * @param {{fetchRun: (runId: string) => Promise<object>, demoProvider: string|null, onChange: () => void,
+   *          artifactUrl: (path: string) => string, plotlyUrl: string,
+   *          saveExample: ((entry: {datasource: string, title: string, sql: string}) => Promise<object>)|null}} options
+   *   `artifactUrl(path)`: the address of an artifact of the open conversation;
+   *   `plotlyUrl`: where plotly.js is served ("" when it is not); `saveExample`: staff
+   *   only, saves a run_sql statement as an example of its datasource.
    */
-  constructor(root, { fetchRun, demoProvider, onChange }) {
+  constructor(root, { fetchRun, demoProvider, onChange, artifactUrl, plotlyUrl, saveExample }) {
     this.root = root;
     this.fetchRun = fetchRun;
+    this.saveExample = saveExample || null;
+    this.artifactUrl = artifactUrl;
+    this.plotlyUrl = plotlyUrl || "";
     this.demoProvider = demoProvider;
     this.onChange = onChange || (() => {});
     this.runs = new Map();
@@ -357,6 +404,7 @@ export class Transcript {
     for (const run of runs) {
       const view = this.run(run.id);
       view.setPrompt(run.prompt);
+      view.setAttachments(run.attachments);
       view.setStatus(run);
       view.answerText = run.answer || "";
       if (!view.active && run.answer_html) view.setAnswerHtml(run.answer_html);
@@ -400,6 +448,7 @@ export class Transcript {
     switch (event.type) {
       case "start":
         view.setPrompt(event.prompt);
+        view.setAttachments(event.attachments);
         break;
       case "delta":
         view.delta(event.text);

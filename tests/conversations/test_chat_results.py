@@ -1,0 +1,399 @@
+"""What the agent's tools give back, on the chat page in a real browser (Debian's Chromium,
+a real web process and worker running paw-agent, the scripted model): a run_sql result
+and a DataFrame as tables with the right cells, the statement shown, the output of a
+run_python, an image in the transcript at the call that made it, an interactive Plotly
+chart (hovering shows a value) drawn with plotly.js served by PAW; the datasource picker
+and "Forget memory"."""
+
+from __future__ import annotations
+
+import csv
+import sqlite3
+
+import pytest
+
+from conversations.models import Conversation, Run
+from secrets_vault.models import Datasource
+from tests.conftest import SCRIPTED_API_KEY
+from tests.conversations.test_chat_page import (
+    alice,
+    ask,
+    assert_no_page_errors,
+    chat,
+    wait_until_idle,
+)
+from tests.processes import ROOT
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.browser]
+__all__ = ["alice", "chat"]  # fixtures
+
+TIPS = ROOT / "sample_data" / "tips.csv"
+COUNT_SQL = "SELECT day, COUNT(*) AS bills, ROUND(AVG(tip), 2) AS average_tip FROM tips GROUP BY day ORDER BY day"
+PYTHON = """\
+import matplotlib.pyplot as plt
+import pandas as pd
+import plotly.express as px
+
+frame = pd.DataFrame({"day": ["Thur", "Fri", "Sat", "Sun"], "average tip": [2.77, 2.73, 2.99, 3.26]})
+figure = px.bar(frame, x="day", y="average tip", title="Average tip by day")
+figure.write_json("tips_chart.plotly.json")
+frame.plot.bar(x="day", y="average tip", legend=False)
+plt.savefig("bars.png", dpi=80)
+print("averages of", len(frame), "days")
+frame.set_index("day")
+"""
+
+
+@pytest.fixture
+def tips_datasource(tmp_path) -> Datasource:
+    """A SQLite file with sample_data/tips.csv as table ``tips``, as a datasource."""
+    path = tmp_path / "tips.sqlite3"
+    with TIPS.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    with sqlite3.connect(path) as db:
+        db.execute(
+            "CREATE TABLE tips (total_bill REAL, tip REAL, sex TEXT, smoker TEXT, day TEXT, time TEXT, size INTEGER)"
+        )
+        db.executemany(
+            "INSERT INTO tips VALUES (:total_bill, :tip, :sex, :smoker, :day, :time, :size)", rows
+        )
+    return Datasource.objects.create(
+        slug="tips", name="Tips", dialect="sqlite", description="Restaurant bills",
+        connection={"database": str(path)},
+    )  # fmt: skip
+
+
+def expected_counts(datasource: Datasource) -> list[list[str]]:
+    with sqlite3.connect(datasource.connection["database"]) as db:
+        return [[str(v) for v in row] for row in db.execute(COUNT_SQL)]
+
+
+def table_cells(table) -> tuple[list[str], list[list[str]]]:
+    head = [th.inner_text() for th in table.locator("thead th").all()]
+    rows = [
+        [td.inner_text() for td in tr.locator("td").all()] for tr in table.locator("tbody tr").all()
+    ]
+    return head, rows
+
+
+def test_sql_and_python_results_show_as_tables_images_and_an_interactive_chart(
+    tips_datasource, chat, scripted_model
+):
+    scripted_model.load(
+        {
+            "api_key": SCRIPTED_API_KEY,
+            "responses": [
+                {"tool_calls": [{"name": "run_sql", "arguments": {"datasource": "tips", "query": COUNT_SQL}}]},
+                {"tool_calls": [{"name": "run_python", "arguments": {"code": PYTHON}}]},
+                "Here are the tips by day.",
+            ],
+        }
+    )  # fmt: skip
+    page = chat.page
+    conversation = Conversation.objects.get(user__username="alice")
+    # The datasource picker: the server's datasources, the choice kept on the conversation.
+    picker = page.locator("#datasource-picker")
+    picker.locator("summary").click()
+    picker.get_by_label("Tips").check()
+    page.wait_for_function(
+        "() => document.querySelector('#datasource-picker .datasource-label').textContent === 'Tips'"
+    )
+    conversation.refresh_from_db()
+    assert conversation.datasources == ["tips"]
+    picker.locator("summary").click()  # folded again
+
+    ask(page, "tips by day, with a chart")
+    page.locator(".answer", has_text="Here are the tips by day.").wait_for(timeout=90_000)
+    wait_until_idle(page)
+    run = Run.objects.get(conversation=conversation)
+    assert run.datasources == ["tips"]  # the conversation's, sent with the run
+
+    # run_sql: the statement (highlighted) and the result as a table with its row count.
+    sql_row = page.locator(".tool[data-tool=run_sql]")
+    sql_row.locator("summary").click()
+    assert sql_row.locator(".tool-sql .sql-keyword", has_text="SELECT").count() == 1
+    assert "GROUP BY day" in sql_row.locator(".tool-sql").inner_text()
+    table = sql_row.locator(".result-table table")
+    head, rows = table_cells(table)
+    assert head == ["day", "bills", "average_tip"]
+    assert rows == expected_counts(tips_datasource)
+    assert rows[0][:2] == ["Fri", "19"]
+    assert table.locator("caption").inner_text() == "tips · 4 rows"
+    assert sql_row.locator(".save-example").count() == 0  # staff only
+
+    # run_python: what it printed in a monospace block, its DataFrame as a table.
+    python_row = page.locator(".tool[data-tool=run_python]")
+    python_row.locator("summary").click()
+    assert python_row.locator(".tool-output.stdout pre").inner_text() == "averages of 4 days"
+    head, rows = table_cells(python_row.locator(".result-table table"))
+    assert head == ["day", "average tip"]
+    assert rows == [["Thur", "2.77"], ["Fri", "2.73"], ["Sat", "2.99"], ["Sun", "3.26"]]
+
+    # The image in the transcript, right after the call that made it, opening full size.
+    media = page.locator(".tool[data-tool=run_python] + .tool-media")
+    image = media.locator(".tool-image[data-path='bars.png'] img")
+    image.wait_for()
+    page.wait_for_function(
+        "() => document.querySelector(\".tool-image[data-path='bars.png'] img\").naturalWidth > 100"
+    )
+    link = media.locator(".tool-image[data-path='bars.png'] a")
+    assert link.get_attribute("target") == "_blank" and "inline=1" in link.get_attribute("href")
+    width = page.evaluate(
+        "() => [document.querySelector(\".tool-image[data-path='bars.png'] img\").getBoundingClientRect().width,"
+        " document.querySelector('.agent').getBoundingClientRect().width]"
+    )
+    assert width[0] <= width[1]  # sized to the column
+    # It stays in the files list too.
+    page.locator(".artifact[data-path='bars.png']").wait_for()
+    page.locator(".artifact[data-path='tips_chart.plotly.json']").wait_for()
+
+    # The Plotly chart, drawn by plotly.js from PAW itself; hovering a bar shows its value.
+    chart = media.locator(".tool-chart[data-path='tips_chart.plotly.json']")
+    chart.locator("[data-state=drawn], .plotly-chart .main-svg").first.wait_for(timeout=30_000)
+    page.wait_for_selector(".tool-chart[data-state=drawn]")
+    scripts = page.evaluate("() => [...document.scripts].map((s) => s.src).filter(Boolean)")
+    assert any("/vendor/plotly.min.js?v=" in src for src in scripts), scripts
+    assert all(src.startswith(chat.server.base) for src in scripts), scripts
+    bar = chart.locator(".bars path.point, .bars .point path").last  # Sun
+    bar.scroll_into_view_if_needed()
+    box = bar.bounding_box()
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    hover = chart.locator(".hoverlayer .hovertext")
+    hover.wait_for(timeout=10_000)
+    assert "3.26" in hover.text_content() and "Sun" in hover.text_content()
+    assert_no_page_errors(chat)
+
+    # A reload shows it all again from the stored events.
+    page.reload()
+    page.wait_for_selector(".tool-chart[data-state=drawn]", timeout=30_000)
+    page.wait_for_selector(".tool[data-tool=run_sql] .result-table", state="attached")
+    assert_no_page_errors(chat)
+
+
+def test_forget_memory_from_the_page(chat, scripted_model):
+    scripted_model.load({"api_key": SCRIPTED_API_KEY, "responses": ["Noted."]})
+    page = chat.page
+    ask(page, "remember 42")
+    page.locator(".answer", has_text="Noted.").wait_for(timeout=60_000)
+    wait_until_idle(page)
+    conversation = Conversation.objects.get(user__username="alice")
+    assert conversation.memory_since is None
+    page.get_by_role("button", name="Forget memory").click()
+    page.get_by_role("button", name="Keep it").click()  # changed their mind
+    conversation.refresh_from_db()
+    assert conversation.memory_since is None
+    page.get_by_role("button", name="Forget memory").click()
+    page.locator("#confirm-ok").click()
+    page.locator(".notice", has_text="The agent forgot the earlier messages").wait_for()
+    conversation.refresh_from_db()
+    assert conversation.memory_since is not None
+    assert page.locator(".answer", has_text="Noted.").is_visible()  # the transcript stays
+    assert_no_page_errors(chat)
+
+
+def test_a_chart_that_cannot_be_drawn_shows_its_png(chat, scripted_model):
+    """plotly.js does not load: the chart's PNG of the same name stands in for it (and is
+    not shown a second time as an image)."""
+    code = (
+        "import matplotlib.pyplot as plt\nimport plotly.express as px\n"
+        "px.bar(x=['a', 'b'], y=[1, 2]).write_json('chart.plotly.json')\n"
+        "plt.bar(['a', 'b'], [1, 2])\nplt.savefig('chart.png')\n"
+    )
+    scripted_model.load(
+        {
+            "api_key": SCRIPTED_API_KEY,
+            "responses": [{"tool_calls": [{"name": "run_python", "arguments": {"code": code}}]}, "Drawn."],
+        }
+    )  # fmt: skip
+    page = chat.page
+    page.route("**/vendor/plotly.min.js*", lambda route: route.abort())
+    page.reload()
+    page.wait_for_selector(".connection[data-state=connected]")
+    ask(page, "draw it")
+    page.locator(".answer", has_text="Drawn.").wait_for(timeout=60_000)
+    chart = page.locator(".tool-chart[data-path='chart.plotly.json']")
+    chart.locator("img").wait_for()
+    assert chart.get_attribute("data-state") == "fallback"
+    page.wait_for_function(
+        "() => document.querySelector(\".tool-chart[data-path='chart.plotly.json'] img\").naturalWidth > 100"
+    )
+    assert page.locator(".tool-image").count() == 0
+    assert_no_page_errors(chat, allow=("Failed to load resource",))
+
+
+def test_the_offline_demo_answers_a_sql_question_with_a_table_and_a_chart(
+    tmp_path, chat, scripted_model
+):
+    """The demo datasource (as `make run` makes it) picked on the page, the demo script's
+    SQL question: the rows as a table, an interactive chart, the table in the answer."""
+    from secrets_vault.services import demo_datasource_ensure
+    from tests.scripts import demo_script
+
+    demo_datasource_ensure(csv_path=TIPS, db_path=tmp_path / "demo" / "tips.sqlite3")
+    scripted_model.load(demo_script())
+    page = chat.page
+    page.reload()
+    picker = page.locator("#datasource-picker")
+    picker.locator("summary").click()
+    picker.get_by_label("Tips (demo)").check()
+    page.wait_for_function(
+        "() => document.querySelector('#datasource-picker .datasource-label').textContent === 'Tips (demo)'"
+    )
+    picker.locator("summary").click()
+    ask(page, "average tip by day from the database")
+    answer = page.locator(".answer", has_text="from the demo-tips database")
+    answer.wait_for(timeout=90_000)
+    wait_until_idle(page)
+    assert answer.locator("td", has_text="3.26").is_visible()
+    sql_row = page.locator(".tool[data-tool=run_sql]")
+    sql_row.locator("summary").click()
+    head, rows = table_cells(sql_row.locator(".result-table table"))
+    assert head == ["day", "bills", "average_tip"]
+    assert rows == [
+        ["Thur", "62", "2.77"],
+        ["Fri", "19", "2.73"],
+        ["Sat", "87", "2.99"],
+        ["Sun", "76", "3.26"],
+    ]
+    chart = page.locator(".tool-chart[data-path='tips_by_day.plotly.json']")
+    page.wait_for_selector(
+        ".tool-chart[data-path='tips_by_day.plotly.json'][data-state=drawn]", timeout=30_000
+    )
+    assert page.locator(".tool-image").count() == 0  # its PNG is the chart's fallback
+    bar = chart.locator(".bars .point path").first  # Thur
+    bar.scroll_into_view_if_needed()
+    box = bar.bounding_box()
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    hover = chart.locator(".hoverlayer .hovertext")
+    hover.wait_for(timeout=10_000)
+    assert "2.77" in hover.text_content() and "62" in hover.text_content()
+    assert_no_page_errors(chat)
+
+
+def test_staff_save_a_run_sql_as_an_example_of_its_datasource(
+    tips_datasource, chat, scripted_model, alice
+):
+    """Section 1's "save a run's run_sql call as an example from the chat page": checked
+    read-only by PAW when saved, refused with the database's error when it fails."""
+    from secrets_vault.models import KnowledgeEntry
+
+    User = type(alice)
+    User.objects.filter(pk=alice.pk).update(is_staff=True)
+    conversation = Conversation.objects.get(user=alice)
+    Conversation.objects.filter(pk=conversation.pk).update(datasources=["tips"])
+    scripted_model.load(
+        {
+            "api_key": SCRIPTED_API_KEY,
+            "responses": [
+                {"tool_calls": [{"name": "run_sql", "arguments": {"datasource": "tips", "query": COUNT_SQL}}]},
+                "Counted.",
+            ],
+        }
+    )  # fmt: skip
+    page = chat.page
+    page.reload()
+    page.wait_for_selector(".connection[data-state=connected]")
+    ask(page, "How many bills per day?")
+    page.locator(".answer", has_text="Counted.").wait_for(timeout=60_000)
+    sql_row = page.locator(".tool[data-tool=run_sql]")
+    sql_row.locator("summary").click()
+    form = sql_row.locator(".save-example")
+    question = form.get_by_label("The question this SQL answers")
+    assert question.input_value() == "How many bills per day?"  # the run's prompt
+    form.get_by_role("button", name="Save as an example").click()
+    form.locator(".save-status", has_text="Saved as an example of tips.").wait_for()
+    entry = KnowledgeEntry.objects.get(datasource=tips_datasource, kind="example")
+    assert (entry.title, entry.sql) == ("How many bills per day?", COUNT_SQL)
+
+    with sqlite3.connect(tips_datasource.connection["database"]) as db:
+        db.execute("DROP TABLE tips")
+    question.fill("Bills per day, again")
+    form.get_by_role("button", name="Save as an example").click()
+    status = form.locator(".save-status", has_text="Not saved:")
+    status.wait_for()
+    assert "no such table: tips" in status.inner_text()
+    assert KnowledgeEntry.objects.filter(datasource=tips_datasource, kind="example").count() == 1
+    assert_no_page_errors(chat, allow=("Failed to load resource",))
+
+
+def test_the_picker_drops_a_datasource_disabled_since_it_was_chosen(tips_datasource, chat):
+    Datasource.objects.create(
+        slug="gone",
+        name="Gone",
+        dialect="sqlite",
+        connection={"database": "gone.db"},
+        enabled=False,
+    )
+    conversation = Conversation.objects.get(user__username="alice")
+    Conversation.objects.filter(pk=conversation.pk).update(datasources=["gone", "tips"])
+    page = chat.page
+    page.reload()
+    label = page.locator("#datasource-picker .datasource-label")
+    page.wait_for_function(
+        "() => document.querySelector('#datasource-picker .datasource-label').textContent === 'Tips'"
+    )
+    page.locator("#datasource-picker summary").click()
+    assert page.locator("#datasource-picker li").count() == 1  # only the enabled one
+    page.get_by_label("Tips").uncheck()
+    page.wait_for_function(
+        "() => document.querySelector('#datasource-picker .datasource-label').textContent === 'none'"
+    )
+    assert label.inner_text() == "none"
+    conversation.refresh_from_db()
+    assert conversation.datasources == []
+    assert_no_page_errors(chat)
+
+
+def test_a_long_result_says_how_many_rows_there_are(tips_datasource, chat, scripted_model):
+    conversation = Conversation.objects.get(user__username="alice")
+    Conversation.objects.filter(pk=conversation.pk).update(datasources=["tips"])
+    query = "SELECT * FROM tips"
+    scripted_model.load(
+        {
+            "api_key": SCRIPTED_API_KEY,
+            "responses": [
+                {"tool_calls": [{"name": "run_sql", "arguments": {"datasource": "tips", "query": query}}]},
+                "All of them.",
+            ],
+        }
+    )  # fmt: skip
+    page = chat.page
+    ask(page, "every bill")
+    page.locator(".answer", has_text="All of them.").wait_for(timeout=60_000)
+    sql_row = page.locator(".tool[data-tool=run_sql]")
+    sql_row.locator("summary").click()
+    table = sql_row.locator(".result-table table")
+    # PAW_SQL_RESULT_ROWS (100) of the 244 rows come as data; the caption says so.
+    assert table.locator("caption").inner_text() == "tips · first 100 of 244 rows"
+    assert table.locator("tbody tr").count() == 100
+    head, rows = table_cells(table)
+    assert head == ["total_bill", "tip", "sex", "smoker", "day", "time", "size"]
+    with TIPS.open(newline="") as handle:
+        first = next(csv.DictReader(handle))
+    assert rows[0] == [first[name] for name in head]
+    assert_no_page_errors(chat)
+
+
+def test_rows_of_python_agent_harness_still_show_without_tool_output(
+    chat, scripted_model, worker_node
+):
+    """python-agent-harness sends no tool output (its `tool` notify has no data): its rows
+    show as before, with nothing added."""
+    from tests.conftest import HARNESS
+
+    worker_node.use(HARNESS)
+    scripted_model.load(
+        {
+            "api_key": SCRIPTED_API_KEY,
+            "responses": [{"tool_calls": [{"name": "Glob", "arguments": {"pattern": "*"}}]}, "Listed."],
+        }
+    )  # fmt: skip
+    page = chat.page
+    ask(page, "list the files")
+    page.wait_for_selector(".run[data-status=done]", timeout=90_000)
+    assert "Listed." in page.locator(".run .agent").inner_text()
+    row = page.locator(".tool[data-tool=Glob]")
+    assert row.get_attribute("data-state") == "done"
+    assert row.locator(".call").inner_text().startswith("Glob(pattern=")
+    assert page.locator(".tool-result, .tool-media").count() == 0
+    assert_no_page_errors(chat)

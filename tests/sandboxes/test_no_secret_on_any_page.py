@@ -1,0 +1,106 @@
+"""No secret value on any page (issue 14, point 4): what a runtime writes — its whole
+environment to stderr before it dies, or a real run's tool output, approval, title and
+answer — is masked before it is stored, so neither a column of the database nor any admin
+page (every change list, every change page) shows the operator's provider key or a user's
+secret."""
+
+from __future__ import annotations
+
+import secrets as pysecrets
+
+import pytest
+from django.contrib.auth import get_user_model
+
+from conversations.models import Run
+from conversations.services.runs import run_start
+from conversations.services.workspaces import workspace_ensure
+from sandboxes.models import Sandbox
+from secrets_vault.services import secret_set
+from tests.conftest import PAW_AGENT, SCRIPTED_API_KEY
+from tests.factories import ConversationFactory
+from tests.live import wait_for
+from tests.sandboxes.observe import finished
+from tests.secrets_vault.leak_scan import record_stored_runtime_output, visit_every_admin_page
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+def test_a_runtime_printing_its_secrets_to_stderr_leaves_none_in_a_column_or_on_a_page(
+    fake_worker, client, secret_scan
+):
+    conversation = ConversationFactory()
+    token = f"user-token-{pysecrets.token_hex(16)}"
+    secret_set(name="MY_TOKEN", value=token, user=conversation.user)
+    (workspace_ensure(conversation.id) / "fake_mode").write_text("leak MY_TOKEN")
+    run = run_start(user=conversation.user, conversation_id=conversation.id, prompt="go")
+    run = wait_for(lambda: finished(run.id), what="the run to end")
+    assert run.status == Run.Status.ERROR and run.errors[0]["code"] == "sandbox_exited"
+    sandbox = wait_for(
+        lambda: Sandbox.objects.filter(conversation=conversation, exit_code=3).first(),
+        what="the sandbox's end to be stored",
+    )
+
+    tail = sandbox.stderr_tail
+    assert "MY_TOKEN=[secret:MY_TOKEN]" in tail
+    assert "OPENAI_API_KEY=[secret:PAW_LLM_API_KEY]" in tail
+    for value in (token, SCRIPTED_API_KEY):
+        assert value not in tail
+        # Masked before the line was cut at 2000 characters: no half value is left either.
+        assert value[: len(value) // 2 + 1] not in tail
+    assert "[secret:MY_TOKEN]" in run.errors[0]["message"]
+
+    operator = get_user_model().objects.create_superuser("operator", password=None)
+    client.force_login(operator)
+    visited = visit_every_admin_page(client, operator)
+    assert f"/admin/sandboxes/sandbox/{sandbox.id}/change/" in visited
+    assert f"/admin/conversations/run/{run.id}/change/" in visited
+    assert record_stored_runtime_output() > 0
+    secret_scan.check()  # every page and column above, with the suite's known values
+
+
+def test_a_real_run_handling_a_secret_leaves_none_in_a_column_or_on_a_page(
+    worker_node, scripted_model, client, secret_scan
+):
+    """paw-agent's run prints the user's secret from run_python (stdout and stderr), asks
+    to run a shell command naming it (an approval, auto-approved), and the model repeats
+    it in its answer: events, tool outputs, the approval, the answer and the usage rows
+    all hold it masked."""
+    worker_node.use(PAW_AGENT)
+    conversation = ConversationFactory(auto_approve=True)
+    token = f"user-token-{pysecrets.token_hex(16)}"
+    secret_set(name="MY_TOKEN", value=token, user=conversation.user)
+    code = "import os, sys\nprint(os.environ['MY_TOKEN'])\nprint(os.environ['MY_TOKEN'], file=sys.stderr)"
+    scripted_model.load(
+        {
+            "api_key": SCRIPTED_API_KEY,
+            "untooled": f"Title {token}",
+            "rules": [
+                {
+                    "match": "use my token",
+                    "responses": [
+                        {"tool_calls": [{"name": "run_python", "arguments": {"code": code}}]},
+                        {
+                            "tool_calls": [
+                                {"name": "shell", "arguments": {"command": f"echo {token}"}}
+                            ]
+                        },
+                        {"text": f"It printed {{{{tool_result}}}}; the token is {token}."},
+                    ],
+                }
+            ],
+        }
+    )
+    run = run_start(
+        user=conversation.user, conversation_id=conversation.id, prompt="Please use my token."
+    )
+    run = wait_for(lambda: finished(run.id), timeout=60, what="the run to end")
+    assert run.status == Run.Status.DONE, run.errors
+    assert "[secret:MY_TOKEN]" in run.answer and token not in run.answer
+
+    operator = get_user_model().objects.create_superuser("operator", password=None)
+    client.force_login(operator)
+    visited = visit_every_admin_page(client, operator)
+    assert f"/admin/conversations/run/{run.id}/change/" in visited
+    assert any(path.startswith("/admin/conversations/approval/") for path in visited[1:])
+    assert record_stored_runtime_output() > 0
+    secret_scan.check()
