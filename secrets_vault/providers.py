@@ -140,10 +140,24 @@ def model_accepts_images(vision_models: tuple[str, ...] | list[str], model: str)
     )
 
 
+#: A number in every model list's cache key; raising it forgets every cached list.
+_GENERATION_KEY = _CACHE_PREFIX + "generation"
+
+
 def _cache_key(base_url: str, api_key: str) -> str:
     # The key only selects the entry (lists can differ per account); it is never stored.
     digest = hashlib.sha256(f"{base_url}\0{api_key}".encode()).hexdigest()[:32]
-    return _CACHE_PREFIX + digest
+    return f"{_CACHE_PREFIX}{cache.get(_GENERATION_KEY, 0)}:{digest}"
+
+
+def models_cache_reset() -> None:
+    """Forget every cached model list (a provider was added or changed: the lists cached
+    for its endpoint, under any user's key, may be another provider's or out of date).
+    Each endpoint is asked again on its next :func:`models_list`."""
+    try:
+        cache.incr(_GENERATION_KEY)
+    except ValueError:  # not set yet (or evicted)
+        cache.set(_GENERATION_KEY, 1, None)
 
 
 def models_cache_forget(*, base_url: str, api_key: str) -> None:

@@ -10,7 +10,7 @@ from django.db import transaction
 from paw_project.errors import InvalidRequest
 from secrets_vault.masking import secret_values_register
 from secrets_vault.models import CustomProvider, ProviderPreference
-from secrets_vault.providers import DEFAULT_PROVIDER_NAME
+from secrets_vault.providers import DEFAULT_PROVIDER_NAME, models_cache_reset
 from secrets_vault.selectors import (
     ProviderState,
     provider_models,
@@ -204,7 +204,10 @@ def provider_default_set(
 
 def custom_provider_save(*, provider: CustomProvider) -> CustomProvider:
     """Validate and save a custom provider (name not a built-in one, known models a list
-    of names, default model among them). :class:`InvalidRequest` when invalid."""
+    of names, default model among them), and forget the cached model lists, so the
+    provider's list is read afresh. :class:`InvalidRequest` when invalid."""
     model_validate(provider)
     provider.save()
+    models_cache_reset()
+    transaction.on_commit(models_cache_reset)  # again: a list read meanwhile saw the old row
     return provider

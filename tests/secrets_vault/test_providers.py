@@ -380,3 +380,17 @@ def test_the_users_default_is_set_validated_and_cleared_through_the_api(
     }
     cleared = alice_api.put("/api/providers/default", {"llm_provider": ""}, format="json")
     assert cleared.json() == {"llm_provider": "", "llm_model": ""}
+
+
+def test_saving_a_custom_provider_forgets_the_model_lists_cached_for_its_endpoint(
+    alice_api, scripted_models
+):
+    """A list cached for the endpoint (here by another provider on the same URL, keyless
+    like this one) is not what a newly saved provider shows."""
+    custom("first", scripted_models.base_url, label="First", known_models=[])
+    listed = next(p for p in alice_api.get("/api/providers").json()["providers"] if p["name"] == "first")
+    assert listed["models"] == sorted(SCRIPTED_MODELS)
+    scripted_models.load({"api_key": SCRIPTED_API_KEY, "models": ["scripted-new"]})
+    custom("second", scripted_models.base_url, label="Second", known_models=[])
+    providers = alice_api.get("/api/providers").json()["providers"]
+    assert next(p for p in providers if p["name"] == "second")["models"] == ["scripted-new"]
