@@ -203,7 +203,7 @@ def _sockets_close(user_id: int, *, sessions_too: bool, token_id: int | None = N
     if token_id is not None:
         message["token_id"] = token_id
     try:
-        broadcast.group_send(broadcast.user_group(user_id), message)
+        broadcast.group_send(broadcast.revocation_group(user_id), message)
     except Exception:  # the tokens are revoked either way; a socket's next act is refused
         logger.exception("could not tell user %s's websockets of the revocation", user_id)
 

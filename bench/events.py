@@ -4,7 +4,7 @@
 
 Runs a real stack in Redis mode on loopback (``bench/stack.py``: PostgreSQL, Redis, one
 web process, one Celery worker node) and real websocket clients (``websockets``), and
-measures, each against the target of issue 4:
+measures, each against the target of issue 16:
 
 1. lines/s relayed exactly once from one sandbox to one websocket client (a runtime that
    writes ``--lines`` deltas as fast as it can);
@@ -12,7 +12,8 @@ measures, each against the target of issue 4:
    written; same clock);
 3. warm run start: ``POST /runs`` → the run's ``start`` event on the socket, sandbox up;
 4. cold run start: the same with a new conversation (the runtime process is spawned:
-   ``paw-agent serve`` under bubblewrap, the default);
+   ``paw-agent serve`` under bubblewrap, the default), and its first token (POST → the
+   first ``delta``), then the first token of a warm conversation;
 5. memory of an idle sandbox (``paw-agent``, resident set of its process tree);
 6. ``--concurrent`` runs at once on one node, each streaming 100 lines/s for 5 s:
    latency percentiles, and that nothing is lost, doubled or reordered.
@@ -34,6 +35,7 @@ from pathlib import Path
 
 import httpx
 import websockets
+from runtime import tree_rss_mb, tree_uss_mb
 from stack import (
     ROOT,
     bench_env,
@@ -86,26 +88,42 @@ class Stack:
 
     def socket(self, conversation_id: str):
         return websockets.connect(
-            f"ws://127.0.0.1:{self.port}/ws/conversations/{conversation_id}/?token={self.token}",
+            f"ws://127.0.0.1:{self.port}/ws/conversations/{conversation_id}/"
+            f"?token={self.token}&frames=batch",  # as the chat page reads it
             origin="http://127.0.0.1",
             max_size=None,
             max_queue=None,
         )
 
 
+def frame_events(message: dict) -> list[dict]:
+    """The ``run.event`` messages a frame carries (a ``run.events`` frame: several)."""
+    if message["type"] == "run.event":
+        return [message]
+    if message["type"] == "run.events":
+        return [{"type": "run.event", **event} for event in message["events"]]
+    return []
+
+
 async def until_result(ws, on_event=None) -> list[dict]:
-    """Every ``run.event`` until the run's ``result`` (``on_event(event, received_at)``)."""
+    """Every event until the run's ``result`` (``on_event(event, received_at)``)."""
     events = []
     while True:
         message = json.loads(await ws.recv())
-        if message["type"] != "run.event":
-            continue
         received = time.time()
-        events.append(message)
-        if on_event:
-            on_event(message, received)
-        if message["event"]["type"] == "result":
-            return events
+        for event in frame_events(message):
+            events.append(event)
+            if on_event:
+                on_event(event, received)
+            if event["event"]["type"] == "result":
+                return events
+
+
+def word_delays(event: dict, received: float) -> list[float]:
+    """Seconds from each timed word of a delta (``n@epoch``) being written to ``received``."""
+    if event["event"]["type"] != "delta":
+        return []
+    return [received - float(word.split("@")[1]) for word in event["event"]["text"].split()]
 
 
 def numbers_in_order(events: list[dict]) -> list[int]:
@@ -118,15 +136,19 @@ async def throughput(stack: Stack, lines: int) -> dict:
     async with stack.socket(conversation) as ws:
         await ws.send(json.dumps({"type": "resume", "after": 0}))
         await stack.start_run(conversation)
-        stamps: list[float] = []
-        events = await until_result(
-            ws, lambda e, t: stamps.append(t) if e["event"]["type"] == "delta" else None
-        )
+        stamps: list[float] = []  # when the start and each delta arrived
+
+        def count(event: dict, received: float) -> None:
+            if event["event"]["type"] in ("start", "delta"):
+                stamps.append(received)
+
+        events = await until_result(ws, count)
     numbers = numbers_in_order(events)
-    seconds = stamps[-1] - stamps[0]
+    seconds = stamps[-1] - stamps[0]  # from the run's start to its last word at the client
     return {
         "lines": lines,
-        "lines_per_s": round((len(stamps) - 1) / seconds),
+        "lines_per_s": round(len(numbers) / seconds) if seconds > 0 else None,
+        "delta_events": len(stamps) - 1,
         "exactly_once_in_order": numbers == list(range(1, lines + 1)),
     }
 
@@ -136,8 +158,7 @@ async def latency(stack: Stack, lines: int = 500) -> dict:
     delays: list[float] = []
 
     def measure(event: dict, received: float) -> None:
-        if event["event"]["type"] == "delta":
-            delays.append(received - float(event["event"]["text"].split("@")[1]))
+        delays.extend(word_delays(event, received))
 
     async with stack.socket(conversation) as ws:
         await ws.send(json.dumps({"type": "resume", "after": 0}))
@@ -151,18 +172,28 @@ async def latency(stack: Stack, lines: int = 500) -> dict:
     }
 
 
-async def run_start_time(stack: Stack, conversation: str) -> float:
-    """Seconds from sending ``POST /runs`` to receiving the run's ``start`` event."""
+async def run_times(stack: Stack, conversation: str) -> tuple[float, float | None]:
+    """Seconds from sending ``POST /runs`` to receiving the run's ``start`` event, and to
+    its first ``delta`` (``None`` if it streamed none)."""
     async with stack.socket(conversation) as ws:
         await ws.send(json.dumps({"type": "resume", "after": 10**12}))  # live only
         started = time.perf_counter()
         await stack.start_run(conversation)
+        start = first = None
         while True:
-            message = json.loads(await ws.recv())
-            if message["type"] == "run.event" and message["event"]["type"] == "start":
-                elapsed = time.perf_counter() - started
-                await until_result(ws)
-                return elapsed
+            for message in frame_events(json.loads(await ws.recv())):
+                kind = message["event"]["type"]
+                if kind == "start" and start is None:
+                    start = time.perf_counter() - started
+                elif kind == "delta" and first is None:
+                    first = time.perf_counter() - started
+                elif kind == "result":
+                    return start or 0.0, first
+
+
+async def run_start_time(stack: Stack, conversation: str) -> float:
+    """Seconds from sending ``POST /runs`` to receiving the run's ``start`` event."""
+    return (await run_times(stack, conversation))[0]
 
 
 async def warm_start(stack: Stack, runs: int) -> dict:
@@ -174,52 +205,43 @@ async def warm_start(stack: Stack, runs: int) -> dict:
 
 
 async def cold_start(stack: Stack, runs: int) -> dict:
-    times = [await run_start_time(stack, await stack.conversation()) for _ in range(runs)]
-    return {"runs": runs, "p50_ms": round(percentile(times, 0.5) * 1000, 1),
-            "p90_ms": round(percentile(times, 0.9) * 1000, 1)}  # fmt: skip
+    """New conversations (the runtime is spawned for each): POST → ``start`` and POST →
+    first ``delta``; then ``runs`` more runs in the last one (warm: POST → first delta)."""
+    cold = [await run_times(stack, await stack.conversation()) for _ in range(runs)]
+    conversation = await stack.conversation()
+    await run_times(stack, conversation)
+    warm = [(await run_times(stack, conversation))[1] for _ in range(runs)]
+    starts = [start for start, _ in cold]
+    firsts = [first for _, first in cold if first is not None]
+    warm = [first for first in warm if first is not None]
+    ms = lambda values, q: round(percentile(values, q) * 1000, 1)  # noqa: E731
+    return {
+        "runs": runs,
+        "p50_ms": ms(starts, 0.5),
+        "p90_ms": ms(starts, 0.9),
+        "first_token_p50_ms": ms(firsts, 0.5),
+        "first_token_p90_ms": ms(firsts, 0.9),
+        "warm_first_token_p50_ms": ms(warm, 0.5),
+        "warm_first_token_p90_ms": ms(warm, 0.9),
+    }
 
 
 def idle_sandbox_memory(env: dict[str, str]) -> dict:
-    """Resident memory of each live sandbox's process tree (MiB), after its runs."""
+    """Memory of each live sandbox's process tree (MiB), after its runs: resident (shared
+    library pages counted in full) and private (what one more sandbox really adds)."""
     script = (
         "from sandboxes.models import Sandbox\n"
         "print(list(Sandbox.objects.filter(state__in=Sandbox.LIVE_STATES).values_list('pid', flat=True)))\n"
     )
-    pids = json.loads(manage_shell(script, env))
-    sizes = [tree_rss(pid) / 1024 for pid in pids if pid]
+    pids = [pid for pid in json.loads(manage_shell(script, env)) if pid]
+    sizes = [tree_rss_mb(pid) for pid in pids]
+    private = [tree_uss_mb(pid) for pid in pids]
     return {
         "sandboxes": len(sizes),
         "median_mb": round(percentile(sizes, 0.5), 1),
         "max_mb": round(max(sizes), 1),
+        "private_median_mb": round(percentile(private, 0.5), 1),
     }
-
-
-def tree_rss(pid: int) -> int:
-    """KiB resident in ``pid`` and its descendants."""
-    total = 0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            status = (entry / "status").read_text()
-        except OSError:
-            continue
-        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-        if int(entry.name) == pid or _descends(int(entry.name), pid):
-            total += int(fields.get("VmRSS", "0 kB").split()[0])
-    return total
-
-
-def _descends(pid: int, ancestor: int) -> bool:
-    while pid > 1:
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            return False
-        pid = int(stat.rsplit(")", 1)[1].split()[1])
-        if pid == ancestor:
-            return True
-    return False
 
 
 async def concurrent(stack: Stack, count: int, lines: int = 500) -> dict:
@@ -234,8 +256,7 @@ async def concurrent(stack: Stack, count: int, lines: int = 500) -> dict:
 
         def measure(event: dict, received: float) -> None:
             got.append(event)
-            if event["event"]["type"] == "delta":
-                delays.append(received - float(event["event"]["text"].split("@")[1]))
+            delays.extend(word_delays(event, received))
 
         async with stack.socket(conversation) as ws:
             await ws.send(json.dumps({"type": "resume", "after": 0}))
@@ -273,7 +294,7 @@ async def concurrent(stack: Stack, count: int, lines: int = 500) -> dict:
 
 async def fake_phase(env: dict[str, str], args: argparse.Namespace) -> dict:
     token = bench_user_token(env)
-    web, port = start_web(1, env)
+    web, port = start_web(args.web_processes, env)
     try:
         worker = start_worker(env)
     except SystemExit:
@@ -298,7 +319,7 @@ async def fake_phase(env: dict[str, str], args: argparse.Namespace) -> dict:
 
 async def real_phase(env: dict[str, str], args: argparse.Namespace) -> dict:
     token = bench_user_token(env)
-    web, port = start_web(1, env)
+    web, port = start_web(args.web_processes, env)
     try:
         worker = start_worker(env, node="bench-real")
     except SystemExit:
@@ -314,17 +335,22 @@ async def real_phase(env: dict[str, str], args: argparse.Namespace) -> dict:
         stop([worker, *web])
 
 
-# Issue 4's targets and the peer python-agent-web's numbers on this kind of machine.
+# Issue 16's targets; the peer is Open WebUI, as issue 16 measured it with ../shared/peer-bench
+# on this kind of machine (2 cores, the same fake model); "lines" are words of one line each.
 TARGETS = [
-    ("throughput", "lines/s relayed exactly once, one sandbox → one client", "≥ 20,000",
-     "4,400/s, drops 38–86%"),
-    ("latency_at_100_lines_per_s", "line → client latency at 100 lines/s", "p50 ≤ 1 ms, p99 ≤ 3 ms",
-     "p50 0.9, p99 1.3 ms"),
-    ("warm_run_start", "warm run start (POST → start event)", "≤ 10 ms", "13.5 ms"),
-    ("cold_run_start", "cold run start (with the runtime process)", "≤ 150 ms", "192 ms"),
-    ("idle_sandbox_memory", "memory per idle sandbox (after its runs)", "≤ 60 MB", "36 MB"),
-    ("concurrent", "concurrent runs at 100 lines/s each, one node", "p99 ≤ 50 ms, nothing lost",
-     "—"),
+    ("throughput", "words/s relayed exactly once, one stream → one client", "≥ 19,570 (5× peer)",
+     "3,914/s"),
+    ("latency_at_100_lines_per_s", "word → client latency, one stream at 100 words/s",
+     "p50 ≤ 1.2 ms, p99 ≤ 3 ms", "p50 1.2, p99 3.0 ms"),
+    ("warm_run_start", "warm run start (POST → start event)", "≤ 10 ms", "—"),
+    ("cold_run_start", "cold run start (with the runtime process)", "≤ 150 ms", "—"),
+    ("first_token_new", "first token, new conversation (POST → first delta)", "≤ 300 ms",
+     "260 ms"),
+    ("first_token_warm", "first token, warm conversation", "≤ 50 ms", "—"),
+    ("idle_sandbox_memory", "memory per idle sandbox (its process tree, after its runs)",
+     "≤ 40 MB private", "—"),
+    ("concurrent", "100 streams at 100 words/s each, one node", "p99 ≤ 100 ms, nothing lost",
+     "p50 13.8 s, p99 25.6 s"),
 ]  # fmt: skip
 
 
@@ -335,28 +361,36 @@ def verdicts(results: dict) -> dict[str, tuple[str, bool]]:
         out["throughput"] = (
             f"{r['lines_per_s']:,}/s of {r['lines']:,} lines, exactly once: "
             f"{r['exactly_once_in_order']}",
-            r["lines_per_s"] >= 20_000 and r["exactly_once_in_order"],
+            (r["lines_per_s"] or 0) >= 19_570 and r["exactly_once_in_order"],
         )
     if r := results.get("latency_at_100_lines_per_s"):
         out["latency_at_100_lines_per_s"] = (
             f"p50 {r['p50_ms']} ms, p99 {r['p99_ms']} ms",
-            r["p50_ms"] <= 1 and r["p99_ms"] <= 3,
+            r["p50_ms"] <= 1.2 and r["p99_ms"] <= 3,
         )
     if r := results.get("warm_run_start"):
         out["warm_run_start"] = (f"p50 {r['p50_ms']} ms, p90 {r['p90_ms']} ms", r["p50_ms"] <= 10)
     if r := results.get("cold_run_start"):
         out["cold_run_start"] = (f"p50 {r['p50_ms']} ms, p90 {r['p90_ms']} ms", r["p50_ms"] <= 150)
+        out["first_token_new"] = (
+            f"p50 {r['first_token_p50_ms']} ms, p90 {r['first_token_p90_ms']} ms",
+            r["first_token_p50_ms"] <= 300,
+        )
+        out["first_token_warm"] = (
+            f"p50 {r['warm_first_token_p50_ms']} ms, p90 {r['warm_first_token_p90_ms']} ms",
+            r["warm_first_token_p50_ms"] <= 50,
+        )
     if r := results.get("idle_sandbox_memory"):
         out["idle_sandbox_memory"] = (
-            f"median {r['median_mb']} MB, max {r['max_mb']} MB",
-            r["median_mb"] <= 60,
+            f"private median {r['private_median_mb']} MB (resident {r['median_mb']} MB)",
+            r["private_median_mb"] <= 40,
         )
     if r := results.get("concurrent"):
         whole = r["runs_complete_exactly_once_in_order"] == r["runs"]
         out["concurrent"] = (
             f"{r['runs']} runs: p50 {r['p50_ms']} ms, p99 {r['p99_ms']} ms, "
             f"{r['runs_complete_exactly_once_in_order']}/{r['runs']} complete",
-            r["p99_ms"] <= 50 and whole,
+            r["p99_ms"] <= 100 and whole,
         )
     return out
 
@@ -377,6 +411,9 @@ def main() -> None:
     parser.add_argument("--lines", type=int, default=20000)
     parser.add_argument("--concurrent", type=int, default=100)
     parser.add_argument("--quick", action="store_true", help="fewer repetitions (a smoke run)")
+    parser.add_argument(
+        "--web-processes", type=int, default=1, help="web processes sharing the port (default 1)"
+    )
     parser.add_argument(
         "--only", nargs="+", choices=MEASURES, default=MEASURES, help="run only these measures"
     )
@@ -404,6 +441,7 @@ def main() -> None:
         if {"cold", "memory"} & set(args.only):
             results.update(asyncio.run(real_phase(bench_env(**provider), args)))
     results["cpus"] = os.cpu_count()
+    results["web_processes"] = args.web_processes
     results["load_average"] = [round(x, 2) for x in os.getloadavg()]
     print(json.dumps(results, indent=2))
     print()

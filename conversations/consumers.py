@@ -1,6 +1,8 @@
 """The websocket of a conversation: ``ws/conversations/<id>/``.
 
-Server → client: ``run.event`` ``{cursor, run_id, event}`` for every stored event,
+Server → client: ``run.event`` ``{cursor, run_id, event}`` for every stored event (with
+``?frames=batch`` on the URL: ``run.events`` ``{events: [{cursor, run_id, event}, ...]}``,
+the events of one stored batch or one replay page in one frame, in cursor order),
 ``run.status``, ``agent_confirm_request``, ``agent_confirm_resolved``, ``error``
 ``{code, detail}``, ``pong``. Client → server: ``resume`` ``{after}``,
 ``agent_confirm_response`` ``{approval_id, approved | answers}``, ``run.cancel``
@@ -36,6 +38,7 @@ from typing import Any
 from urllib.parse import parse_qs
 from uuid import UUID
 
+from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
@@ -46,7 +49,12 @@ from conversations.selectors.messages import pending_messages
 from conversations.services import approvals as approval_services
 from conversations.services import runs as run_services
 from paw_project import metrics
-from paw_project.broadcast import conversation_group, session_group, user_group
+from paw_project.broadcast import (
+    conversation_group,
+    revocation_group,
+    session_group,
+    user_group,
+)
 from paw_project.errors import DomainError, NotFound
 
 logger = logging.getLogger(__name__)
@@ -82,17 +90,39 @@ def _conversation_access(user: Any, conversation_id: str) -> tuple[int, Conversa
         return 4404, None
 
 
-_current_cursor = database_sync_to_async(conversation_cursor)
-_events_after = database_sync_to_async(event_messages_after)
-_pending_messages = database_sync_to_async(pending_messages)
+# The reads of the live path run on the executor's threads (thread_sensitive=False), not
+# on the one thread Django's sync views share: a socket's resume or catch-up otherwise
+# waits behind every request being served (with a hundred runs being started, seconds).
+# They are plain reads, with a connection per thread, closed after each call.
+_current_cursor = database_sync_to_async(conversation_cursor, thread_sensitive=False)
+_events_after = database_sync_to_async(event_messages_after, thread_sensitive=False)
+_pending_messages = database_sync_to_async(pending_messages, thread_sensitive=False)
 
 
-class ConversationConsumer(AsyncJsonWebsocketConsumer):
+class PawConsumer(AsyncJsonWebsocketConsumer):
+    """A JSON websocket consumer whose messages skip Channels' per-message sweep of old
+    database connections. ``AsyncConsumer.dispatch`` (Channels 4.2+) awaits
+    ``aclose_old_connections()`` before every handler: a hop to a worker thread and back
+    for each websocket frame and each group message, a third of the web process's CPU with
+    a hundred streams at once (py-spy, ``bench/events.py``). Every database call of PAW's
+    consumers goes through ``database_sync_to_async``, which closes old connections
+    itself, in the thread that uses them, before and after the call."""
+
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
+        await handler(message)
+
+
+class ConversationConsumer(PawConsumer):
     """A thin edge: authenticate, follow the group, call services for client actions."""
 
     async def connect(self) -> None:
         self.conversation_id_text = self.scope["url_route"]["kwargs"]["conversation_id"]
         self.group: str | None = None
+        query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
+        self.batch_frames = query.get("frames") == ["batch"]
         user = self.scope.get("user")
         code, conversation = await _conversation_access(user, self.conversation_id_text)
         subprotocol = self.scope.get("paw_subprotocol")
@@ -105,7 +135,7 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
         self.group = conversation_group(conversation.id)
         # A logout or a password change (tokens revoked), or the browser session signing
         # out, closes the socket: session.revoked.
-        self.revocation_groups = [user_group(user.pk)]
+        self.revocation_groups = [revocation_group(user.pk)]
         session = self.scope.get("session")
         if self.scope.get("paw_auth") != "jwt" and session is not None and session.session_key:
             self.revocation_groups.append(session_group(session.session_key))
@@ -122,7 +152,7 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
         self._watch = asyncio.create_task(self._watch_quiet())
         for message in await _pending_messages(conversation_id=conversation.id):
             await self.send_json(message)
-        after = parse_qs(self.scope.get("query_string", b"").decode("latin-1")).get("after")
+        after = query.get("after")
         if after:
             # ASCII digits only: str.isdigit() also takes "²", which int() refuses.
             digits = re.fullmatch(r"[0-9]{1,19}", after[0])
@@ -273,15 +303,21 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
         self._heard()
         if not self.live:
             return  # replayed from the database when the client resumes
+        out: list[dict[str, Any]] = []  # the next events to send, in cursor order
         for event in message["events"]:
             cursor = event["cursor"]
-            if cursor <= self.cursor:
+            last = out[-1]["cursor"] if out else self.cursor
+            if cursor <= last:
                 continue
-            if cursor > self.cursor + 1:
+            if cursor > last + 1:
+                await self._send_events(out)
+                out = []
                 await self._fill(until=cursor, reason="gap")
                 if cursor <= self.cursor:
                     continue
-            await self._send_event(event)
+            out.append(event)
+        await self._send_events(out)
+        for _ in out:
             metrics.relay_delivered(sent_at=message.get("sent_at"))
 
     async def session_revoked(self, message: dict[str, Any]) -> None:
@@ -304,13 +340,6 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
         """This socket's browser session signed out: close with 4401."""
         await self.close(code=4401)
 
-    async def conversation_updated(self, message: dict[str, Any]) -> None:
-        """The conversation list's per-user message (``user.<id>``, which this socket
-        follows for revocations): relayed by ``ws/user/`` (:class:`UserConsumer`), not here."""
-
-    async def conversation_removed(self, message: dict[str, Any]) -> None:
-        """As :meth:`conversation_updated`."""
-
     async def conversation_message(self, message: dict[str, Any]) -> None:
         self._heard()
         await self.send_json(message["message"])
@@ -325,15 +354,24 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
                 until=until,
                 limit=REPLAY_PAGE,
             )
-            for event in page:
-                await self._send_event(event)
+            await self._send_events(page)
             metrics.events_replayed(reason=reason, count=len(page))
             if len(page) < REPLAY_PAGE:
                 return
 
-    async def _send_event(self, event: dict[str, Any]) -> None:
-        await self.send_json({"type": "run.event", **event})
-        self.cursor = event["cursor"]
+    async def _send_events(self, events: list[dict[str, Any]]) -> None:
+        """Send ``events`` (consecutive, after ``self.cursor``): one ``run.events`` frame
+        on a connection that asked for them (``?frames=batch``), else a ``run.event``
+        frame each."""
+        if not events:
+            return
+        if self.batch_frames:
+            await self.send_json({"type": "run.events", "events": events})
+            self.cursor = events[-1]["cursor"]
+            return
+        for event in events:
+            await self.send_json({"type": "run.event", **event})
+            self.cursor = event["cursor"]
 
 
 @database_sync_to_async
@@ -341,7 +379,7 @@ def _signed_in(user: Any) -> bool:
     return user is not None and user.is_authenticated
 
 
-class UserConsumer(AsyncJsonWebsocketConsumer):
+class UserConsumer(PawConsumer):
     """The person's own websocket, ``ws/user/``: the conversation list's live feed.
 
     Server → client: ``conversation.updated`` ``{conversation: {id, title, active,
@@ -362,7 +400,7 @@ class UserConsumer(AsyncJsonWebsocketConsumer):
         if not await _signed_in(user):
             await self.close(code=4401)
             return
-        self.groups_followed.append(user_group(user.pk))
+        self.groups_followed += [user_group(user.pk), revocation_group(user.pk)]
         session = self.scope.get("session")
         if self.scope.get("paw_auth") != "jwt" and session is not None and session.session_key:
             self.groups_followed.append(session_group(session.session_key))

@@ -12,5 +12,6 @@ tools and the approval gate), ``kernel`` / ``kernel_client`` (the persistent Pyt
 subprocess), ``mpl_backend`` (figures saved as PNG), ``sql`` (datasources), ``sqlcheck`` (what is a read),
 ``workspace`` (path confinement), ``procs`` (process groups) and ``guard`` (no orphans).
 
-Heavy imports (openai, psycopg, sqlite3) happen on first use, so ``ready`` comes fast.
+Heavy imports (psycopg, sqlite3) happen on first use and the openai SDK's on a thread after
+``ready`` (``--no-warm``: on first use too), so ``ready`` comes fast.
 """

@@ -58,6 +58,7 @@ class Settings:
     retry_base: float = 0.5
     sql_result_rows: int = 100
     max_image_bytes: int = DEFAULT_MAX_BYTES
+    warm: bool = True  # import the model SDK right after ``ready``, not on the first call
 
 
 @dataclass

@@ -1,8 +1,9 @@
 """Model calls: OpenAI-compatible chat completions through the official ``openai`` SDK.
 
 Configured by ``OPENAI_BASE_URL``, ``OPENAI_API_KEY`` and ``OPENAI_MODEL`` (PROTOCOL.md).
-The SDK is imported on the first call (``import openai`` takes ~0.5 s here and ``ready``
-must come within 0.2 s of spawn). The SDK's own retries are off: this module retries
+The SDK is imported after ``ready`` (``import openai`` takes ~0.5-1 s here and ``ready``
+must come within 0.2 s of spawn): on a background thread right after it
+(:meth:`ModelClient.warm`, the default), else on the first call. The SDK's own retries are off: this module retries
 transient failures itself (connection errors, HTTP 408/409/429/5xx, a stream dropped
 mid-way) with exponential backoff, honouring ``Retry-After`` (RFC 9110 §10.2.3), so every
 retry can be announced (``notify retry``) and a cancel lands during the backoff.
@@ -187,6 +188,13 @@ class ModelClient:
                 timeout=openai.Timeout(self.request_timeout, connect=10.0),
                 http_client=http,
             )
+
+    def warm(self) -> None:
+        """Build the client now (importing the SDK), on the calling thread; a failure is
+        left for the first model call to report. A call that comes meanwhile waits for
+        this build instead of starting its own."""
+        with contextlib.suppress(Exception):
+            self._build()
 
     def _sdk(self, control: RunControl) -> Any:
         """The ``openai.OpenAI`` client, built on first use (one per process, so HTTP

@@ -65,6 +65,11 @@ class AgentServer:
             }
         )
         threading.Thread(target=self._read_ops, name="paw-agent-reader", daemon=True).start()
+        if self.agent.settings.warm:
+            # The SDK's import (~0.5-1 s of CPU) is paid now, while the host is still
+            # sending the first submit, instead of before the first model call.
+            warm = threading.Thread(target=self.agent.model.warm, name="paw-agent-warm", daemon=True)
+            warm.start()
         ticks = 0
         while not self._stop.wait(1.0):
             ticks += 1

@@ -75,5 +75,15 @@ def session_group(session_key: str) -> str:
 
 
 def user_group(user_id: Any) -> str:
-    """The channel-layer group of every websocket a user has open: ``user.<id>``."""
+    """The channel-layer group of a user's conversation-list sockets (``ws/user/``), which
+    get every change of the user's conversations: ``user.<id>``."""
     return f"user.{user_id}"
+
+
+def revocation_group(user_id: Any) -> str:
+    """The channel-layer group of every websocket a user has open, told when the user's
+    credentials are revoked: ``revoked.<id>``. Kept apart from :func:`user_group` so a
+    conversation's socket is not sent every change of every other conversation of its
+    user (a hundred sockets of one user made each run's status change a hundred
+    messages, and the channel layer fell seconds behind)."""
+    return f"revoked.{user_id}"

@@ -22,7 +22,7 @@ import threading
 import time
 import uuid
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
@@ -89,6 +89,39 @@ def classify(entry: ReadEntry) -> tuple[str, str, dict[str, Any], LineKind | Non
         elif line.type == "notify":
             effect = _NOTIFY_EFFECTS.get(line.kind)
     return line.type, line.kind, line.raw, effect
+
+
+def coalesce_deltas(drafts: list[event_services.EventDraft]) -> list[event_services.EventDraft]:
+    """``drafts`` with each stretch of consecutive ``delta`` drafts of the same run joined
+    into one: its text the pieces' text in order, its other fields the last piece's (so
+    its ``seq`` is the last joined line's). Nothing else is merged or moved; a delta
+    outside any run stays as it is. Several lines of a run share a batch only when the
+    node is behind, so a quiet stream keeps one event per runtime line and a busy one
+    stores, sends and renders fewer, larger events (docs/api.md, "What a delta holds")."""
+    groups: list[list[event_services.EventDraft]] = []
+    for draft in drafts:
+        last = groups[-1][-1] if groups else None
+        if last is not None and _joinable(draft) and _joinable(last) and last.run_id == draft.run_id:
+            groups[-1].append(draft)
+        else:
+            groups.append([draft])
+    return [
+        group[0]
+        if len(group) == 1
+        else replace(
+            group[-1],
+            payload={**group[-1].payload, "text": "".join(d.payload["text"] for d in group)},
+        )
+        for group in groups
+    ]
+
+
+def _joinable(draft: event_services.EventDraft) -> bool:
+    return (
+        draft.type == "delta"
+        and draft.run_id is not None
+        and isinstance(draft.payload.get("text"), str)
+    )
 
 
 class EventPipeline:
@@ -264,7 +297,9 @@ class EventPipeline:
                         started.add(sandbox.sandbox_id)
                     elif effect is LineKind.RESULT:
                         finished.add(sandbox.sandbox_id)
-                event_services.events_append(conversation_id=conversation_id, drafts=drafts)
+                event_services.events_append(
+                    conversation_id=conversation_id, drafts=coalesce_deltas(drafts)
+                )
             self._effects.apply(lines)
             now = timezone.now()
             if started - finished:

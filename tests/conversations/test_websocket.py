@@ -102,7 +102,7 @@ async def test_a_reconnecting_client_gets_every_number_exactly_once_in_order(fak
     await first.send_json_to({"type": "resume", "after": 0})
     await start(conversation)
     seen = await receive_until(
-        first, lambda m: m["type"] == "run.event" and m["event"].get("text") == "100 "
+        first, lambda m: m["type"] == "run.event" and "100" in m["event"].get("text", "").split()
     )
     await first.disconnect()
     last_cursor = max(m["cursor"] for m in seen if m["type"] == "run.event")
@@ -143,6 +143,42 @@ async def test_two_clients_receive_identical_event_sequences(fake_worker):
     events = [[(m["cursor"], m["event"]) for m in r if m["type"] == "run.event"] for r in received]
     assert events[0] == events[1]
     assert deltas(received[0]) == "".join(f"{n} " for n in range(1, 301))
+
+
+def carries_result(message) -> bool:
+    return message["type"] == "run.events" and any(
+        e["event"]["type"] == "result" for e in message["events"]
+    )
+
+
+async def test_batch_frames_carry_every_event_once_in_order_live_and_replayed(fake_worker):
+    """``?frames=batch``: events come as ``run.events`` frames, live (a stored batch each)
+    and replayed (a page each), and together they are the stored events, one for one."""
+    conversation = await conversation_with_mode("flood 300 0.001")
+    path = f"/ws/conversations/{conversation.id}/?frames=batch"
+    live = await connect(conversation, path=path)
+    await live.send_json_to({"type": "resume", "after": 0})
+    await start(conversation)
+    frames = await receive_until(live, carries_result)
+    await live.disconnect()
+    stored = await database_sync_to_async(
+        lambda: [
+            (e.cursor, e.payload)
+            for e in RunEvent.objects.filter(conversation=conversation).order_by("cursor")
+        ]
+    )()
+    assert not [m for m in frames if m["type"] == "run.event"]
+    received = [(e["cursor"], e["event"]) for m in frames if m["type"] == "run.events" for e in m["events"]]
+    assert received == stored
+    assert "".join(p.get("text", "") for _, p in stored if p["type"] == "delta") == "".join(
+        f"{n} " for n in range(1, 301)
+    )
+
+    replay = await connect(conversation, path=path)
+    await replay.send_json_to({"type": "resume", "after": 0})
+    page = await receive_until(replay, lambda m: m["type"] == "run.events")
+    await replay.disconnect()
+    assert [(e["cursor"], e["event"]) for e in page[-1]["events"]] == stored  # one page
 
 
 async def test_resume_after_zero_replays_a_finished_run_from_the_database(fake_worker):

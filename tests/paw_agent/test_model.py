@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from tests.paw_agent.driver import answer_text, notifies
 from tests.processes import free_port
@@ -199,3 +200,41 @@ def test_rounds_reuse_one_connection(start, model):
     runtime.submit("hi")
     runtime.submit("again", run_id="r2")
     assert len({entry["client_port"] for entry in model.log}) == 1
+
+
+def resident_kib(pid: int) -> int:
+    """``VmRSS`` of ``pid`` (KiB; readable although paw-agent is not dumpable)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
+#: What importing the openai SDK adds to the process (about 45 MB here), with room to spare.
+SDK_KIB = 25_000
+
+
+def test_the_sdk_is_imported_right_after_ready_before_any_run(start, model):
+    """The first answer of a new conversation does not wait for ``import openai``."""
+    model.load(script("Warm already."))
+    runtime = start()
+    runtime.ready()
+    at_ready = resident_kib(runtime.pid)
+    deadline = time.monotonic() + 60
+    while resident_kib(runtime.pid) < at_ready + SDK_KIB:
+        assert time.monotonic() < deadline, "the SDK was not imported without a run"
+        time.sleep(0.05)
+    assert model.requests == []  # no model call made it happen
+    lines = runtime.submit("hi")
+    assert lines[-1]["answer"] == "Warm already."
+
+
+def test_no_warm_leaves_the_sdk_to_the_first_model_call(start, model):
+    model.load(script("Cold."))
+    runtime = start("paw-agent", "--no-warm")
+    runtime.ready()
+    at_ready = resident_kib(runtime.pid)
+    time.sleep(3)  # a warm-up would be done by now (it takes about a second)
+    assert resident_kib(runtime.pid) < at_ready + SDK_KIB
+    assert runtime.submit("hi")[-1]["answer"] == "Cold."
+    assert resident_kib(runtime.pid) >= at_ready + SDK_KIB

@@ -4,11 +4,15 @@ as events."""
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
 from conversations.models import Run, RunEvent
+from conversations.services.events import EventDraft
 from conversations.services.runs import run_start
 from sandboxes.models import Sandbox
+from sandboxes.pipeline import coalesce_deltas
 from tests.factories import ConversationFactory
 from tests.live import GroupListener, wait_for
 from tests.sandboxes.observe import (
@@ -17,6 +21,8 @@ from tests.sandboxes.observe import (
 from tests.sandboxes.scenarios import start_with_mode
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+RUN_A, RUN_B = uuid.uuid4(), uuid.uuid4()
 
 
 def test_a_run_end_to_end_is_stored_with_increasing_cursors_and_sent_live(worker, scripted_model):
@@ -90,6 +96,43 @@ def test_a_fast_flood_of_lines_is_stored_exactly_once_in_order(fake_worker):
         .order_by("cursor")
         .values_list("payload", flat=True)
     )
-    assert [d["text"] for d in deltas] == [f"{n} " for n in range(1, 5001)]
-    live = [e["event"]["text"] for e in listener.events() if e["event"]["type"] == "delta"]
-    assert live == [f"{n} " for n in range(1, 5001)]
+    assert "".join(d["text"] for d in deltas) == "".join(f"{n} " for n in range(1, 5001))
+    # Lines that queued while the node was busy were joined: fewer events than lines.
+    assert len(deltas) < 5000
+    live = [e["event"] for e in listener.events() if e["event"]["type"] == "delta"]
+    assert live == deltas
+
+
+def draft(type_: str, text: str = "", run=RUN_A, seq: int = 0) -> EventDraft:
+    payload = {"type": type_, "seq": seq, "run_id": str(run)}
+    if type_ == "delta":
+        payload["text"] = text
+    return EventDraft(run_id=run, type=type_, payload=payload)
+
+
+def test_consecutive_deltas_of_a_run_are_joined_and_nothing_else_is():
+    drafts = [
+        draft("start", seq=1),
+        draft("delta", "Hel", seq=2),
+        draft("delta", "lo", seq=3),
+        draft("delta", " there", seq=4),
+        draft("notify", seq=5),
+        draft("delta", "again", seq=6),
+        draft("delta", ", other run", run=RUN_B, seq=1),
+        draft("delta", "no run", run=None),
+        draft("delta", "no run either", run=None),
+        draft("result", seq=7),
+    ]
+    joined = coalesce_deltas(drafts)
+    assert [(d.type, d.payload.get("text"), d.payload["seq"]) for d in joined] == [
+        ("start", None, 1),
+        ("delta", "Hello there", 4),  # the last joined line's other fields
+        ("notify", None, 5),
+        ("delta", "again", 6),
+        ("delta", ", other run", 1),
+        ("delta", "no run", 0),
+        ("delta", "no run either", 0),
+        ("result", None, 7),
+    ]
+    assert drafts[1].payload["text"] == "Hel"  # the drafts given are left as they were
+    assert coalesce_deltas([]) == []

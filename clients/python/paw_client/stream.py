@@ -1,6 +1,7 @@
 """The conversation websocket, kept open across drops.
 
-:class:`ConversationSocket` connects to ``ws(s)://HOST/ws/conversations/<id>/?after=N``
+:class:`ConversationSocket` connects to
+``ws(s)://HOST/ws/conversations/<id>/?after=N&frames=batch``
 (authenticated by the subprotocols ``paw, <token>``, with the ``Origin`` PAW requires),
 so PAW replays every stored event after cursor ``N`` and then streams live ones, in cursor
 order. When the connection drops it reconnects with exponential backoff (0.5 s doubling
@@ -9,7 +10,8 @@ to 10 s, with jitter), again from the last cursor its reader has seen, and says 
 meanwhile. Close codes 4401 (after one token renewal), 4403 and 4404 are final.
 
 Frames: ``run.event`` (one event) and ``run.events`` (``events``: several, the same
-fields without ``type``) are both accepted; :func:`frame_events` turns either into a list.
+fields without ``type``; what ``frames=batch`` asks PAW for) are both accepted;
+:func:`frame_events` turns either into a list.
 """
 
 from __future__ import annotations
@@ -54,7 +56,8 @@ def websocket_url(base_url: str, conversation_id: str, after: int) -> tuple[str,
     parts = urlsplit(base_url)
     scheme = "wss" if parts.scheme == "https" else "ws"
     prefix = parts.path.rstrip("/")
-    url = f"{scheme}://{parts.netloc}{prefix}/ws/conversations/{conversation_id}/?after={after}"
+    path = f"{prefix}/ws/conversations/{conversation_id}/?after={after}&frames=batch"
+    url = f"{scheme}://{parts.netloc}{path}"
     return url, f"{parts.scheme}://{parts.netloc}"
 
 

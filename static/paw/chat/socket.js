@@ -1,9 +1,10 @@
 // The conversation's websocket: resume from the last cursor, reconnect with backoff.
 //
-// Exactly once, in order: the client remembers the cursor of the last run.event it
-// handled and sends `resume {after: cursor}` on every (re)connect; the server replays what
-// is stored after it and then streams live events. A cursor at or below the last one is
-// ignored, so a replay can never double anything.
+// Exactly once, in order: the client remembers the cursor of the last event it handled
+// (a run.event frame, or one of a run.events frame's events) and sends
+// `resume {after: cursor}` on every (re)connect; the server replays what is stored after
+// it and then streams live events. A cursor at or below the last one is ignored, so a
+// replay can never double anything.
 
 const CLOSE_REASONS = {
   4401: "You are signed out: sign in again.",
@@ -36,7 +37,9 @@ export class ConversationSocket {
 
   get url() {
     const scheme = location.protocol === "https:" ? "wss:" : "ws:";
-    return `${scheme}//${location.host}/ws/conversations/${this.conversationId}/`;
+    // frames=batch: the server sends the events of a stored batch (or a replay page) as
+    // one run.events frame, fewer frames when a stream is busy.
+    return `${scheme}//${location.host}/ws/conversations/${this.conversationId}/?frames=batch`;
   }
 
   connect() {
@@ -60,9 +63,13 @@ export class ConversationSocket {
       } catch {
         return;
       }
+      if (message.type === "run.events") {
+        for (const item of message.events || []) this.handleEvent({ type: "run.event", ...item });
+        return;
+      }
       if (message.type === "run.event") {
-        if (message.cursor <= this.cursor) return; // already handled
-        this.cursor = message.cursor;
+        this.handleEvent(message);
+        return;
       }
       if (message.type === "pong") return;
       this.onMessage(message);
@@ -78,6 +85,12 @@ export class ConversationSocket {
       }
       this.scheduleReconnect();
     });
+  }
+
+  handleEvent(message) {
+    if (message.cursor <= this.cursor) return; // already handled
+    this.cursor = message.cursor;
+    this.onMessage(message);
   }
 
   scheduleReconnect() {
