@@ -90,13 +90,9 @@ def _conversation_access(user: Any, conversation_id: str) -> tuple[int, Conversa
         return 4404, None
 
 
-# The reads of the live path run on the executor's threads (thread_sensitive=False), not
-# on the one thread Django's sync views share: a socket's resume or catch-up otherwise
-# waits behind every request being served (with a hundred runs being started, seconds).
-# They are plain reads, with a connection per thread, closed after each call.
-_current_cursor = database_sync_to_async(conversation_cursor, thread_sensitive=False)
-_events_after = database_sync_to_async(event_messages_after, thread_sensitive=False)
-_pending_messages = database_sync_to_async(pending_messages, thread_sensitive=False)
+_current_cursor = database_sync_to_async(conversation_cursor)
+_events_after = database_sync_to_async(event_messages_after)
+_pending_messages = database_sync_to_async(pending_messages)
 
 
 class PawConsumer(AsyncJsonWebsocketConsumer):

@@ -228,9 +228,12 @@ def test_counters_move_by_what_a_run_did_across_the_web_process_and_the_worker(
     # The relay: every line stored once, each one's store→send lag observed, the run's
     # status changes sent (queued from the web; starting, running, done from the node);
     # every event the socket got came live (send→client lag) or replayed.
-    assert stored > 20
-    assert moved(worker0, worker1, "paw_relay_lines_stored_total", node=node) == stored
-    assert moved(worker0, worker1, "paw_relay_store_to_send_seconds_count") == stored
+    # The runtime's lines are numbered 1..N, the result last; deltas that queued together
+    # on the node were stored as one event, so there may be fewer events than lines.
+    lines = RunEvent.objects.get(run=run, type="result").payload["seq"]
+    assert lines > 20 and stored <= lines
+    assert moved(worker0, worker1, "paw_relay_lines_stored_total", node=node) == lines
+    assert moved(worker0, worker1, "paw_relay_store_to_send_seconds_count") == lines
     sends = moved(worker0, worker1, "paw_relay_channel_sends_total", type="conversation.events")
     assert 1 <= sends <= stored
     assert moved(web0, web1, "paw_relay_channel_sends_total", type="conversation.message") == 1
