@@ -42,6 +42,21 @@ HARNESS = "python-agent-harness serve"
 SCRIPTED_API_KEY = "sk-scripted-test-key"
 
 
+# --- The test database ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker) -> None:
+    """The test database, emptied once before the first test. It is kept between sessions
+    (``--reuse-db``), and each transactional test empties it after itself; a session
+    killed mid-test (Ctrl-C twice, a CI timeout) leaves its rows behind, and the next
+    session would fail on them ("alice already exists")."""
+    from django.core.management import call_command
+
+    with django_db_blocker.unblock():
+        call_command("flush", interactive=False, verbosity=0)
+
+
 # --- The secret scan --------------------------------------------------------------------
 
 
