@@ -48,6 +48,8 @@ from stack import (
     stop,
 )
 
+from paw_client.stream import frame_events
+
 MEASURES = ["throughput", "latency", "warm", "concurrent", "cold", "memory"]
 #: Seconds a concurrent-run client waits for its run's result before it counts as stalled.
 STALL_SECONDS = 90
@@ -94,15 +96,6 @@ class Stack:
             max_size=None,
             max_queue=None,
         )
-
-
-def frame_events(message: dict) -> list[dict]:
-    """The ``run.event`` messages a frame carries (a ``run.events`` frame: several)."""
-    if message["type"] == "run.event":
-        return [message]
-    if message["type"] == "run.events":
-        return [{"type": "run.event", **event} for event in message["events"]]
-    return []
 
 
 async def until_result(ws, on_event=None) -> list[dict]:

@@ -3,10 +3,11 @@
 Configured by ``OPENAI_BASE_URL``, ``OPENAI_API_KEY`` and ``OPENAI_MODEL`` (PROTOCOL.md).
 The SDK is imported after ``ready`` (``import openai`` takes ~0.5-1 s here and ``ready``
 must come within 0.2 s of spawn): on a background thread right after it
-(:meth:`ModelClient.warm`, the default), else on the first call. The SDK's own retries are off: this module retries
-transient failures itself (connection errors, HTTP 408/409/429/5xx, a stream dropped
-mid-way) with exponential backoff, honouring ``Retry-After`` (RFC 9110 §10.2.3), so every
-retry can be announced (``notify retry``) and a cancel lands during the backoff.
+(:meth:`ModelClient.warm`, the default), else on the first call. The SDK's own retries
+are off: this module retries transient failures itself (connection errors, HTTP
+408/409/429/5xx, a stream dropped mid-way) with exponential backoff, honouring
+``Retry-After`` (RFC 9110 §10.2.3), so every retry can be announced (``notify retry``)
+and a cancel lands during the backoff.
 HTTP 401/403 fail at once (code ``auth``): retrying a refused key only burns time.
 """
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from tests.live import wait_for
 from tests.paw_agent.driver import answer_text, notifies
 from tests.processes import free_port
 
@@ -215,15 +216,16 @@ SDK_KIB = 25_000
 
 
 def test_the_sdk_is_imported_right_after_ready_before_any_run(start, model):
-    """The first answer of a new conversation does not wait for ``import openai``."""
+    """``import openai`` starts at ``ready``, not with the first model call."""
     model.load(script("Warm already."))
     runtime = start()
     runtime.ready()
     at_ready = resident_kib(runtime.pid)
-    deadline = time.monotonic() + 60
-    while resident_kib(runtime.pid) < at_ready + SDK_KIB:
-        assert time.monotonic() < deadline, "the SDK was not imported without a run"
-        time.sleep(0.05)
+    wait_for(
+        lambda: resident_kib(runtime.pid) >= at_ready + SDK_KIB,
+        timeout=60,
+        what="the SDK to be imported without a run",
+    )
     assert model.requests == []  # no model call made it happen
     lines = runtime.submit("hi")
     assert lines[-1]["answer"] == "Warm already."
