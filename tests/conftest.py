@@ -57,6 +57,45 @@ def django_db_setup(django_db_setup, django_db_blocker) -> None:
         call_command("flush", interactive=False, verbosity=0)
 
 
+#: Attempts at emptying the database after a transactional test, and the pause between.
+FLUSH_ATTEMPTS = 5
+FLUSH_RETRY_SECONDS = 0.5
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _flush_retried() -> Iterator[None]:
+    """Empty the database after a transactional test even when a worker is writing.
+
+    A test may end while a run it started is still executing: the session's worker node
+    (a separate process, started by an earlier test, consuming the shared ``runs`` queue)
+    takes every run a test enqueues, and its transaction can deadlock with the flush's
+    ``TRUNCATE`` (PostgreSQL aborts one of the two) or hold the pool's connections. A
+    failed flush left the test's rows behind and failed the next test ("alice already
+    exists", CI). Django's flush is retried a few times; the worker's writes then fail
+    on the emptied tables' foreign keys, which the pipeline logs and drops."""
+    from django.core.management.base import CommandError
+    from django.db import connections
+    from django.test import TransactionTestCase
+
+    flush = TransactionTestCase._fixture_teardown
+
+    def flush_retried(self) -> None:
+        for attempt in range(1, FLUSH_ATTEMPTS + 1):
+            try:
+                return flush(self)
+            except CommandError as exc:
+                if attempt == FLUSH_ATTEMPTS:
+                    raise
+                print(f"flush failed ({exc.__cause__!r}); retrying ({attempt})")
+                for connection in connections.all(initialized_only=True):
+                    connection.close()
+                time.sleep(FLUSH_RETRY_SECONDS * attempt)
+
+    TransactionTestCase._fixture_teardown = flush_retried
+    yield
+    TransactionTestCase._fixture_teardown = flush
+
+
 # --- The secret scan --------------------------------------------------------------------
 
 
