@@ -9,18 +9,23 @@ the events of one stored batch or one replay page in one frame, in cursor order)
 ``{run_id}``, ``ping``.
 
 Exactly once, in order: events are delivered strictly by increasing cursor. The consumer
-joins the conversation's group before it reads anything, then waits for the client's
-``resume {after}`` (or ``?after=N`` on the URL; without either, after ``RESUME_GRACE``
-seconds it starts from the cursor current at connect). From then on it remembers the last
-cursor the client has, replays what is stored after it, skips live events at or below
-it, and fills any gap from the database (cursors are allocated in commit order, so an
-event below a live one is always stored already). A later ``resume`` replays from the
-cursor it names.
+follows the conversation's events (Redis mode: its live log, through the process's
+:class:`~paw_project.live_log.LiveHub`; embedded mode: its channel-layer group) before it
+reads anything, then waits for the client's ``resume {after}`` (or ``?after=N`` on the
+URL; without either, after ``RESUME_GRACE`` seconds it starts from the cursor current at
+connect). From then on it remembers the last cursor the client has, reads back what comes
+after it (``selectors.events``: the live log, then the database), skips live events at or
+below it, and fills any gap by reading back (an event below a live one is always readable
+already: the live log holds it before it is published; in the embedded mode it is stored
+before). A later ``resume`` reads back from the cursor it names. Live events reach the
+socket from a task of the connection's own (:meth:`ConversationConsumer.live_batch`
+queues them), under one lock with every read-back, so the two never interleave.
 
 A live connection that has been quiet for ``QUIET_CHECK_SECONDS`` since its last message
-compares its cursor with the conversation's once, and replays what it lacks: a message
-the channel layer dropped (it does for a channel over its capacity) is caught up at the
-latest then, even when it was the last one of a run.
+compares its cursor with the conversation's once, and reads back what it lacks: a
+message lost on the way (the hub's connection broke, the channel layer dropped it for a
+channel over its capacity) is caught up at the latest then, even when it was the last
+one of a run.
 
 Close codes: 4401 not signed in (or signed out, or its token revoked), 4404 no such
 conversation — also another user's one, as the REST API answers 404 for it (ids cannot be
@@ -30,6 +35,7 @@ probed) — or the conversation was deleted.
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import logging
 import re
@@ -44,11 +50,11 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from conversations.models import Conversation
 from conversations.selectors.conversations import conversation_get
-from conversations.selectors.events import conversation_cursor, event_messages_after
+from conversations.selectors.events import EventText, conversation_cursor, event_texts_after
 from conversations.selectors.messages import pending_messages
 from conversations.services import approvals as approval_services
 from conversations.services import runs as run_services
-from paw_project import metrics
+from paw_project import live_log, metrics
 from paw_project.broadcast import (
     conversation_group,
     revocation_group,
@@ -75,6 +81,9 @@ RESUME_GRACE = 1.0
 #: event: the channel layer drops messages for a channel that is far behind (its capacity),
 #: and a dropped last message leaves no later cursor to reveal the gap.
 QUIET_CHECK_SECONDS = 2.0
+#: Live appends a connection holds while its client reads slowly; past that it drops them
+#: and reads the log back instead (memory stays bounded whoever is slow).
+LIVE_QUEUE_MAX = 1000
 
 
 @database_sync_to_async
@@ -91,7 +100,7 @@ def _conversation_access(user: Any, conversation_id: str) -> tuple[int, Conversa
 
 
 _current_cursor = database_sync_to_async(conversation_cursor)
-_events_after = database_sync_to_async(event_messages_after)
+_events_after = database_sync_to_async(event_texts_after)
 _pending_messages = database_sync_to_async(pending_messages)
 
 
@@ -112,11 +121,14 @@ class PawConsumer(AsyncJsonWebsocketConsumer):
 
 
 class ConversationConsumer(PawConsumer):
-    """A thin edge: authenticate, follow the group, call services for client actions."""
+    """A thin edge: authenticate, follow the conversation, call services for client
+    actions. Implements :class:`paw_project.live_log.Subscriber`."""
 
     async def connect(self) -> None:
         self.conversation_id_text = self.scope["url_route"]["kwargs"]["conversation_id"]
         self.group: str | None = None
+        self._hub: live_log.LiveHub | None = None
+        self._pump: asyncio.Task | None = None
         query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
         self.batch_frames = query.get("frames") == ["batch"]
         user = self.scope.get("user")
@@ -139,10 +151,19 @@ class ConversationConsumer(PawConsumer):
             await self.channel_layer.group_add(group, self.channel_name)
         self._tokens = float(RATE_BURST)
         self._refilled = time.monotonic()
-        # Join first, then read: nothing committed from here on can be missed.
-        await self.channel_layer.group_add(self.group, self.channel_name)
-        self.cursor = await _current_cursor(conversation_id=conversation.id)
         self.live = False  # events flow once the client said where it is (resume)
+        self.cursor = 0
+        self._sending = asyncio.Lock()  # live sends and read-backs, one at a time
+        self._live: collections.deque[tuple[int, int, list[str]]] = collections.deque()
+        self._behind = False  # live appends were dropped: read back before going on
+        self._wake = asyncio.Event()
+        # Follow first, then read: nothing appended from here on can be missed.
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        if live_log.enabled():
+            self._hub = live_log.hub()
+            await self._hub.follow(conversation.id, self)
+            self._pump = asyncio.create_task(self._pump_live())
+        self.cursor = await _current_cursor(conversation_id=conversation.id)
         self._last_message = time.monotonic()
         self._checked = False  # the quiet check ran since the last message
         self._watch = asyncio.create_task(self._watch_quiet())
@@ -162,9 +183,10 @@ class ConversationConsumer(PawConsumer):
 
     async def resume_grace(self, message: dict[str, Any]) -> None:
         """No ``resume`` came: go live from the cursor current at connect."""
-        if not self.live:
-            self.live = True
-            await self._fill(until=None, reason="connect")
+        async with self._sending:
+            if not self.live:
+                self.live = True
+                await self._fill(until=None, reason="connect")
 
     async def _watch_quiet(self) -> None:
         """Ask for a catch-up check (through this consumer's own channel, so it runs in turn
@@ -177,10 +199,11 @@ class ConversationConsumer(PawConsumer):
                 await self.channel_layer.send(self.channel_name, {"type": "catch.up"})
 
     async def catch_up(self, message: dict[str, Any]) -> None:
-        """Replay stored events this connection lacks (see the module docstring)."""
+        """Read back events this connection lacks (see the module docstring)."""
         if self.live and await _current_cursor(conversation_id=self.conversation_id) > self.cursor:
-            logger.info("websocket caught up on events it had not received")
-            await self._fill(until=None, reason="quiet_check")
+            async with self._sending:
+                logger.info("websocket caught up on events it had not received")
+                await self._fill(until=None, reason="quiet_check")
 
     def _heard(self) -> None:
         self._last_message = time.monotonic()
@@ -198,6 +221,10 @@ class ConversationConsumer(PawConsumer):
 
     async def disconnect(self, code: int) -> None:
         self._stop_timers()
+        if self._pump is not None:
+            self._pump.cancel()
+        if self._hub is not None:
+            await self._hub.leave(self.conversation_id, self)
         if self.group is not None:
             await self.channel_layer.group_discard(self.group, self.channel_name)
             for group in self.revocation_groups:
@@ -262,10 +289,12 @@ class ConversationConsumer(PawConsumer):
             await self._error("rate_limited", "Resume at most once a second.")
             return
         self._resumed_at = now
-        # A cursor from the future would hide the events still to come: clamp it.
-        self.cursor = min(after, await _current_cursor(conversation_id=self.conversation_id))
-        self.live = True
-        await self._fill(until=None, reason="resume")
+        current = await _current_cursor(conversation_id=self.conversation_id)
+        async with self._sending:
+            # A cursor from the future would hide the events still to come: clamp it.
+            self.cursor = min(after, current)
+            self.live = True
+            await self._fill(until=None, reason="resume")
 
     async def _confirm_response(self, content: dict[str, Any]) -> None:
         answers = content.get("answers")
@@ -292,29 +321,73 @@ class ConversationConsumer(PawConsumer):
     async def _error(self, code: str, detail: str) -> None:
         await self.send_json({"type": "error", "code": code, "detail": detail})
 
-    # --- from the group -----------------------------------------------------------------
+    # --- live events ----------------------------------------------------------------------
+
+    def live_batch(self, first: int, sent_ms: int, texts: list[str]) -> None:
+        """From the hub: the live log's append of events ``first``… (queued for the pump;
+        a connection holding :data:`LIVE_QUEUE_MAX` of them drops them and reads back)."""
+        if len(self._live) >= LIVE_QUEUE_MAX:
+            self._live.clear()
+            self._behind = True
+        else:
+            self._live.append((first, sent_ms, texts))
+        self._wake.set()
+
+    def live_resync(self) -> None:
+        """From the hub: appends may have been lost; read back."""
+        self._behind = True
+        self._wake.set()
+
+    async def _pump_live(self) -> None:
+        """Send the queued live appends, in order, one at a time with the read-backs."""
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._live or self._behind:
+                self._heard()
+                try:
+                    async with self._sending:
+                        if self._behind:
+                            self._behind = False
+                            if self.live:
+                                await self._fill(until=None, reason="resync")
+                            continue
+                        first, sent_ms, texts = self._live.popleft()
+                        await self._deliver(
+                            [(first + index, text) for index, text in enumerate(texts)],
+                            sent_at=sent_ms / 1000,
+                        )
+                except Exception:
+                    # A failed read-back (the database away for a moment): read back again
+                    # shortly; what this connection missed is in the log.
+                    logger.exception("websocket: live delivery failed; reading back shortly")
+                    self._behind = True
+                    await asyncio.sleep(1.0)
 
     async def conversation_events(self, message: dict[str, Any]) -> None:
-        """Stored events, in cursor order: send what the client lacks, filling gaps."""
+        """Embedded mode: stored events from the channel layer, in cursor order."""
         self._heard()
-        if not self.live:
-            return  # replayed from the database when the client resumes
-        out: list[dict[str, Any]] = []  # the next events to send, in cursor order
-        for event in message["events"]:
-            cursor = event["cursor"]
-            last = out[-1]["cursor"] if out else self.cursor
-            if cursor <= last:
-                continue
-            if cursor > last + 1:
-                await self._send_events(out)
-                out = []
-                await self._fill(until=cursor, reason="gap")
-                if cursor <= self.cursor:
-                    continue
-            out.append(event)
-        await self._send_events(out)
-        for _ in out:
-            metrics.relay_delivered(sent_at=message.get("sent_at"))
+        events = [
+            (event["cursor"], json.dumps(event, ensure_ascii=False)) for event in message["events"]
+        ]
+        async with self._sending:
+            await self._deliver(events, sent_at=message.get("sent_at"))
+
+    async def _deliver(self, events: list[EventText], *, sent_at: float | None) -> None:
+        """Send what the client lacks of ``events`` (consecutive live events), reading back
+        any gap before them first. Call with ``_sending`` held."""
+        if not self.live or not events:
+            return  # before the client's resume: read back then
+        first = events[0][0]
+        if events[-1][0] <= self.cursor:
+            return
+        if first > self.cursor + 1:
+            await self._fill(until=first, reason="gap")
+        fresh = [event for event in events if event[0] > self.cursor]
+        await self._send_events(fresh)
+        metrics.relay_delivered(sent_at=sent_at, count=len(fresh))
+
+    # --- from the group -----------------------------------------------------------------
 
     async def session_revoked(self, message: dict[str, Any]) -> None:
         """The user's tokens were revoked (logout, password change): a socket opened with a
@@ -341,8 +414,9 @@ class ConversationConsumer(PawConsumer):
         await self.send_json(message["message"])
 
     async def _fill(self, *, until: int | None, reason: str) -> None:
-        """Send stored events after ``self.cursor`` (and below ``until``), page by page;
-        ``reason``: why they are replayed (counted: ``paw_relay_events_replayed_total``)."""
+        """Send the events after ``self.cursor`` (and below ``until``), page by page;
+        ``reason``: why they are read back (counted: ``paw_relay_events_replayed_total``).
+        Call with ``_sending`` held."""
         while True:
             page = await _events_after(
                 conversation_id=self.conversation_id,
@@ -355,19 +429,24 @@ class ConversationConsumer(PawConsumer):
             if len(page) < REPLAY_PAGE:
                 return
 
-    async def _send_events(self, events: list[dict[str, Any]]) -> None:
-        """Send ``events`` (consecutive, after ``self.cursor``): one ``run.events`` frame
-        on a connection that asked for them (``?frames=batch``), else a ``run.event``
-        frame each."""
+    async def _send_events(self, events: list[EventText]) -> None:
+        """Send ``events`` (after ``self.cursor``, in cursor order), each given as its JSON
+        text: one ``run.events`` frame on a connection that asked for them
+        (``?frames=batch``), else a ``run.event`` frame each. The frames are put together
+        from the texts, not encoded again."""
         if not events:
             return
         if self.batch_frames:
-            await self.send_json({"type": "run.events", "events": events})
-            self.cursor = events[-1]["cursor"]
+            await self.send(
+                text_data='{"type":"run.events","events":['
+                + ",".join(text for _, text in events)
+                + "]}"
+            )
+            self.cursor = events[-1][0]
             return
-        for event in events:
-            await self.send_json({"type": "run.event", **event})
-            self.cursor = event["cursor"]
+        for cursor, text in events:
+            await self.send(text_data='{"type":"run.event",' + text[1:])
+            self.cursor = cursor
 
 
 @database_sync_to_async

@@ -115,22 +115,27 @@ SANDBOX_IDLE_SHUTDOWNS = Counter(
     ["node"],
 )
 
-# --- the relay: runtime line -> database -> channel layer -> websocket ------------------------
+# --- the relay: runtime line -> live log (Redis mode) / database -> websocket ------------------
 
 RELAY_LINES_STORED = Counter(
     "paw_relay_lines_stored", "Runtime lines stored as events by this node's pipeline.", ["node"]
 )
-RELAY_STORE_TO_SEND = Histogram(
-    "paw_relay_store_to_send_seconds",
-    "Seconds from a runtime line reaching the node's pipeline to the channel layer accepting "
-    "the message that carries it (queue, the storing transaction, the send).",
+RELAY_READ_TO_SEND = Histogram(
+    "paw_relay_read_to_send_seconds",
+    "Seconds from a runtime line reaching the node's pipeline to its event being sent: "
+    "appended to the live log in Redis mode (then stored), sent after its storing "
+    "transaction in the embedded mode.",
     buckets=_LAG_BUCKETS,
 )
 RELAY_SEND_TO_CLIENT = Histogram(
     "paw_relay_send_to_client_seconds",
-    "Seconds from the channel-layer send of a live event to its websocket send (clocks of "
-    "two hosts: keep them in sync).",
+    "Seconds from the send of a live event (its live-log append, or its channel-layer send "
+    "in the embedded mode) to its websocket send (clocks of two hosts: keep them in sync).",
     buckets=_LAG_BUCKETS,
+)
+RELAY_LIVE_APPENDS = Counter(
+    "paw_relay_live_appends",
+    "Events appended to the conversations' live logs by this process (Redis mode).",
 )
 RELAY_CHANNEL_SENDS = Counter(
     "paw_relay_channel_sends",
@@ -139,9 +144,10 @@ RELAY_CHANNEL_SENDS = Counter(
 )
 RELAY_EVENTS_REPLAYED = Counter(
     "paw_relay_events_replayed",
-    "Stored events a websocket sent from the database instead of live, by why: resume "
-    "(the client asked), connect (no resume came), gap (a live message skipped cursors), "
-    "quiet_check (a quiet connection found it lacked events: a dropped message).",
+    "Events a websocket read back (live log or database) instead of receiving them live, "
+    "by why: resume (the client asked), connect (no resume came), gap (a live message "
+    "skipped cursors), quiet_check (a quiet connection found it lacked events), resync "
+    "(its subscription was lost, or it fell too far behind).",
     ["reason"],
 )
 
@@ -219,23 +225,33 @@ def sandbox_idle_shutdown(*, node: str) -> None:
     SANDBOX_IDLE_SHUTDOWNS.labels(node=node).inc()
 
 
-def relay_stored(*, node: str, arrivals: Iterable[float]) -> None:
-    """Lines were stored and their messages sent; ``arrivals``: when each reached the
-    pipeline (``time.monotonic()``)."""
+def relay_sent(*, arrivals: Iterable[float]) -> None:
+    """Lines' events were sent; ``arrivals``: when each line reached the pipeline
+    (``time.monotonic()``)."""
     now = time.monotonic()
-    count = 0
     for arrived in arrivals:
-        RELAY_STORE_TO_SEND.observe(max(0.0, now - arrived))
-        count += 1
-    if count:
-        RELAY_LINES_STORED.labels(node=node).inc(count)
+        RELAY_READ_TO_SEND.observe(max(0.0, now - arrived))
 
 
-def relay_delivered(*, sent_at: float | None) -> None:
-    """A live event went out on a websocket; ``sent_at``: its channel-layer send, epoch
-    seconds (``None`` from a sender that did not stamp it)."""
+def relay_stored(*, node: str, lines: int) -> None:
+    """``lines`` runtime lines were stored as events by the node's pipeline."""
+    if lines:
+        RELAY_LINES_STORED.labels(node=node).inc(lines)
+
+
+def live_appended(*, events: int) -> None:
+    """``events`` events were appended to a live log."""
+    RELAY_LIVE_APPENDS.inc(events)
+
+
+def relay_delivered(*, sent_at: float | None, count: int = 1) -> None:
+    """``count`` live events went out on a websocket; ``sent_at``: when they were sent
+    (live-log append or channel-layer send), epoch seconds (``None`` from a sender that
+    did not stamp it)."""
     if sent_at is not None:
-        RELAY_SEND_TO_CLIENT.observe(max(0.0, time.time() - sent_at))
+        lag = max(0.0, time.time() - sent_at)
+        for _ in range(count):
+            RELAY_SEND_TO_CLIENT.observe(lag)
 
 
 def channel_send(message_type: str) -> None:

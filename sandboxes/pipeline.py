@@ -1,15 +1,25 @@
-"""The node's event pipeline: runtime lines → stored events → the domain's effects.
+"""The node's event pipeline: runtime lines → events → the domain's effects.
 
-Reader threads (one per sandbox) hand parsed lines to one writer thread per node. The
-writer takes whatever has queued (one line when the pipe is quiet, up to
-``MAX_BATCH_LINES`` when it is busy), classifies each line once (:func:`classify`), masks
-it, and stores the batch in one transaction: each conversation's events with
-:func:`~conversations.services.events.events_append` (which sends them to the live group
-after commit), then the lines that change their run are handed to the domain
-(:class:`~conversations.services.run_effects.RunEffects`: what a line *does* is decided
-there), and the sandboxes' own rows are updated (busy, ready). Storing before sending is
-what lets a client resume without a gap. A lost database connection is retried with
-backoff while the queue holds the lines.
+Each sandbox's reader thread hands the lines of one read to :meth:`EventPipeline.submit`,
+which prepares them at once, in that thread: classifies each line once
+(:func:`classify`), masks it, and joins consecutive deltas (:func:`coalesce_deltas`: a
+read holds one line when the pipe is quiet, many when the runtime is ahead, so a busy
+stream becomes fewer, larger events). Then:
+
+* **Redis mode**: the events go live at once through the conversation's live log
+  (``events_relay``: cursors, the stream, the websockets), still in the reader thread,
+  and are queued for the node's writer thread, which stores whatever has queued in one
+  transaction (``events_store``, with their cursors), hands the lines that change their
+  run to the domain (:class:`~conversations.services.run_effects.RunEffects`: what a
+  line *does* is decided there) and updates the sandboxes' own rows (busy, ready). The
+  database write is off the latency path; readers merge the live log and the database,
+  so a client resumes without a gap (docs/api.md, "The live path").
+* **Embedded mode**: the writer stores the events first (``events_append``: cursors in
+  commit order) and they are sent after commit; effects as above.
+
+A lost database connection is retried with backoff while the queue holds the batches; an
+unreachable Redis is retried by the reader, which stops reading meanwhile (the runtime
+then waits on its own stdout: nothing is lost).
 
 Runs on the node side only.
 """
@@ -25,34 +35,49 @@ from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
+import redis
+from django.db import InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
 from conversations.services import events as event_services
-from conversations.services.events import ConversationGone
+from conversations.services.events import ConversationGone, EventDraft, StoredEvent
 from conversations.services.run_effects import LineKind, RunEffects, RunLine
-from paw_project import metrics
+from paw_project import live_log, metrics
 from sandboxes import protocol
 from sandboxes.models import Sandbox
-from sandboxes.pool import ReadEntry, SandboxProcess
+from sandboxes.pool import ActiveRun, ReadEntry, SandboxProcess
 
 logger = logging.getLogger(__name__)
 
 MAX_BATCH_LINES = 2000
 QUEUE_MAX_ITEMS = 20_000
 RETRY_DELAYS = (0.1, 0.5, 1.0, 2.0, 5.0)
+#: Seconds between attempts to reach Redis with a read's events, and how many (about a
+#: minute in all) before they are dropped (logged).
+RELAY_RETRY_DELAYS = (0.1, 0.5, 1.0, 2.0, *([5.0] * 11))
 
 
 @dataclass
-class _Item:
+class _Batch:
+    """The lines of one read, prepared (or, with ``is_exit``, the sandbox's exit): their
+    ``drafts``, the same ``events`` with cursors once relayed (Redis mode; ``held``: the
+    last of them, from a run's ``result`` on, put in the live log but published only once
+    their effects are committed), the ``effects`` on their run, whether a run
+    ``started`` or ``finished`` in them, ``streamed``: the run with text in them, and
+    ``lines``: how many runtime lines they came from."""
+
     sandbox: SandboxProcess
-    entries: list[ReadEntry] | None
-    returncode: int | None = None
+    drafts: list[EventDraft] = field(default_factory=list)
+    events: list[StoredEvent] | None = None
+    held: list[StoredEvent] = field(default_factory=list)
+    effects: list[RunLine] = field(default_factory=list)
+    started: bool = False
+    finished: bool = False
+    streamed: ActiveRun | None = None
+    lines: int = 0
+    exit_code: int | None = None
+    is_exit: bool = False
     received: float = field(default_factory=time.monotonic)  # when it reached the pipeline
-
-
-#: One line to store: its sandbox, the line, and when it reached the pipeline (monotonic).
-_Pending = tuple[SandboxProcess, ReadEntry, float]
 
 
 #: ``notify`` kinds with an effect on their run.
@@ -124,14 +149,50 @@ def _joinable(draft: event_services.EventDraft) -> bool:
     )
 
 
+def prepare(sandbox: SandboxProcess, entries: list[ReadEntry]) -> _Batch:
+    """The events and effects of one read's lines (see the module docstring). Call from
+    the sandbox's reader thread: the masking of streamed text keeps state per sandbox."""
+    batch = _Batch(sandbox=sandbox, lines=len(entries))
+    for entry in entries:
+        line_type, kind, payload, effect = classify(entry)
+        if line_type == "delta" and entry.run is not None and batch.streamed is None:
+            batch.streamed = entry.run
+        if effect in (LineKind.START, LineKind.RESULT):
+            held = sandbox.flush_stream()  # a stream's last piece, before its end
+            if held and effect is LineKind.RESULT:
+                batch.drafts.append(
+                    EventDraft(
+                        run_id=entry.run_id, type="delta",
+                        payload={"type": "delta", "text": held, "run_id": str(entry.run_id)},
+                    )
+                )  # fmt: skip
+        payload = sandbox.mask(payload)
+        batch.drafts.append(
+            EventDraft(run_id=entry.run_id, type=line_type, kind=kind, payload=payload)
+        )
+        if effect is None or entry.run is None:
+            continue
+        data = payload if effect is LineKind.RESULT else payload.get("data")
+        batch.effects.append(RunLine(run=entry.run, kind=effect, data=data))
+        if effect is LineKind.USAGE:
+            entry.run.record_usage(data)
+        elif effect is LineKind.START:
+            batch.started = True
+        elif effect is LineKind.RESULT:
+            batch.finished = True
+    batch.drafts = coalesce_deltas(batch.drafts)
+    return batch
+
+
 class EventPipeline:
     """One writer thread per node (see the module docstring). ``submit`` is the sink the
-    sandboxes' reader threads call; it blocks when ``QUEUE_MAX_ITEMS`` are waiting, which
-    makes a runtime that outpaces the database wait on its own stdout: nothing is lost."""
+    sandboxes' reader threads call; it blocks when ``QUEUE_MAX_ITEMS`` batches are
+    waiting, which makes a runtime that outpaces the database wait on its own stdout:
+    nothing is lost."""
 
     def __init__(self, *, node: str = "") -> None:
         self.node = node  # the node's name, for its metrics
-        self._queue: queue.Queue[_Item | None] = queue.Queue(maxsize=QUEUE_MAX_ITEMS)
+        self._queue: queue.Queue[_Batch | None] = queue.Queue(maxsize=QUEUE_MAX_ITEMS)
         self._thread: threading.Thread | None = None
         self._idle = threading.Event()
         self._idle.set()
@@ -153,9 +214,62 @@ class EventPipeline:
         entries: list[ReadEntry] | None,
         returncode: int | None = None,
     ) -> None:
-        """Queue lines read from ``sandbox`` (or, with ``entries=None``, its exit)."""
+        """Take lines read from ``sandbox`` (or, with ``entries=None``, its exit): in Redis
+        mode they are sent live before this returns; stored by the writer thread."""
         self._idle.clear()
-        self._queue.put(_Item(sandbox, entries, returncode))
+        if entries is None:
+            self._queue.put(_Batch(sandbox=sandbox, exit_code=returncode, is_exit=True))
+            return
+        batch = prepare(sandbox, entries)
+        if live_log.enabled() and batch.drafts:
+            # A run's result goes out once the run is finished in the database (a client
+            # that gets it may ask for the run): from there on, the events wait for commit.
+            hold = next(
+                (i for i, d in enumerate(batch.drafts) if d.type == "result" and d.run_id),
+                len(batch.drafts),
+            )
+            now = self._relay(sandbox, batch.drafts[:hold], publish=True)
+            held = self._relay(sandbox, batch.drafts[hold:], publish=False)
+            if now is None or held is None:
+                batch.events = None
+            else:
+                batch.events, batch.held = now + held, held
+                self._sent(batch)
+        self._queue.put(batch)
+
+    def _relay(
+        self, sandbox: SandboxProcess, drafts: list[EventDraft], *, publish: bool
+    ) -> list[StoredEvent] | None:
+        """Put ``drafts`` in the live log and (``publish``) send them, retrying while
+        Redis is away; their events, or ``None`` when Redis stayed away (then they are
+        dropped, logged)."""
+        if not drafts:
+            return []
+        for delay in (*RELAY_RETRY_DELAYS, None):
+            try:
+                return event_services.events_relay(
+                    conversation_id=sandbox.conversation_id, drafts=drafts, publish=publish
+                )
+            except redis.RedisError as exc:
+                if delay is None:
+                    logger.error(
+                        "event pipeline: Redis unavailable; %d event(s) of conversation %s dropped",
+                        len(drafts),
+                        sandbox.conversation_id,
+                    )
+                    return None
+                logger.warning("event pipeline: Redis error (%s); retrying in %.1f s", exc, delay)
+                time.sleep(delay)
+        return None
+
+    def _sent(self, batch: _Batch) -> None:
+        """Metrics of a batch whose events went out: the read→send lag, the first token."""
+        metrics.relay_sent(arrivals=[batch.received] * batch.lines)
+        run = batch.streamed
+        if run is not None and not run.first_token:
+            run.first_token = True
+            if run.queued_at is not None:
+                metrics.run_first_token(queued_at=run.queued_at, arrived=batch.received)
 
     def drain(self, timeout: float) -> bool:
         """Wait until everything queued so far is stored and sent; ``False`` on timeout."""
@@ -179,8 +293,8 @@ class EventPipeline:
             item = self._queue.get()
             if item is None:
                 break
-            items = [item]
-            lines = len(item.entries or ())
+            batches = [item]
+            lines = item.lines
             while lines < MAX_BATCH_LINES:
                 try:
                     more = self._queue.get_nowait()
@@ -189,24 +303,24 @@ class EventPipeline:
                 if more is None:
                     self._queue.put(None)
                     break
-                items.append(more)
-                lines += len(more.entries or ())
+                batches.append(more)
+                lines += more.lines
             try:
-                self._process(items)
+                self._process(batches)
             except Exception:
                 logger.exception("event pipeline: a batch failed")
             if self._queue.empty():
                 self._idle.set()
         connection.close()
 
-    def _process(self, items: list[_Item]) -> None:
-        # Lines first (in order), then exits: an exit item only ever follows its own lines.
-        lines = [item for item in items if item.entries]
+    def _process(self, batches: list[_Batch]) -> None:
+        # Lines first (in order), then exits: an exit only ever follows its sandbox's lines.
+        lines = [batch for batch in batches if not batch.is_exit]
         if lines:
             self._with_retries(self._store, lines)
-        for item in items:
-            if item.entries is None:
-                self._with_retries(self._exit, item)
+        for batch in batches:
+            if batch.is_exit:
+                self._with_retries(self._exit, batch)
 
     def _with_retries(self, func: Any, arg: Any) -> None:
         """Run ``func(arg)``; on a lost database connection retry with backoff (the queue
@@ -225,82 +339,39 @@ class EventPipeline:
                 connection.close()
                 time.sleep(delay)
 
-    def _store(self, items: list[_Item]) -> None:
-        by_conversation: dict[uuid.UUID, list[_Pending]] = defaultdict(list)
-        for item in items:
-            for entry in item.entries or ():
-                by_conversation[item.sandbox.conversation_id].append(
-                    (item.sandbox, entry, item.received)
-                )
-        try:
-            self._store_conversations(by_conversation)
-        except (OperationalError, InterfaceError):
-            raise
-        except DatabaseError:
-            # One conversation's trouble (deleted mid-run) must not hold the others back.
-            for conversation_id, entries in by_conversation.items():
-                try:
-                    self._store_conversations({conversation_id: entries})
-                except (OperationalError, InterfaceError):
-                    raise
-                except (DatabaseError, ConversationGone):
-                    logger.warning(
-                        "event pipeline: dropping %d line(s) of conversation %s",
-                        len(entries),
-                        conversation_id,
-                    )
-        except ConversationGone:
-            for conversation_id, entries in by_conversation.items():
-                try:
-                    self._store_conversations({conversation_id: entries})
-                except ConversationGone:
-                    logger.info(
-                        "conversation %s is gone; its sandbox's lines are dropped", conversation_id
-                    )
-
-    def _store_conversations(self, by_conversation: dict[uuid.UUID, list[_Pending]]) -> None:
-        lines: list[RunLine] = []
-        started: set[uuid.UUID] = set()
-        finished: set[uuid.UUID] = set()
-        # Runs with streamed text in this batch: (the run, when its first delta arrived).
-        streamed: dict[uuid.UUID, tuple[Any, float]] = {}
+    def _store(self, batches: list[_Batch]) -> None:
+        """Store the batches' events and apply their effects, in one transaction."""
+        live = live_log.enabled()
+        by_conversation: dict[uuid.UUID, list[_Batch]] = defaultdict(list)
+        for batch in batches:
+            by_conversation[batch.sandbox.conversation_id].append(batch)
         with transaction.atomic():
-            # Lock conversation rows in one order, so two writers can never deadlock.
-            for conversation_id in sorted(by_conversation):
-                drafts = []
-                for sandbox, entry, received in by_conversation[conversation_id]:
-                    line_type, kind, payload, effect = classify(entry)
-                    if line_type == "delta" and entry.run is not None:
-                        streamed.setdefault(entry.run.run_id, (entry.run, received))
-                    if effect in (LineKind.START, LineKind.RESULT):
-                        held = sandbox.flush_stream()  # a stream's last piece, before its end
-                        if held and effect is LineKind.RESULT:
-                            drafts.append(
-                                event_services.EventDraft(
-                                    run_id=entry.run_id, type="delta",
-                                    payload={"type": "delta", "text": held, "run_id": str(entry.run_id)},
-                                )
-                            )  # fmt: skip
-                    payload = sandbox.mask(payload)
-                    drafts.append(
-                        event_services.EventDraft(
-                            run_id=entry.run_id, type=line_type, kind=kind, payload=payload
+            if live:
+                # Before the effects' own messages (run.status …): on commit, in this order.
+                for batch in batches:
+                    if batch.held:
+                        held, cid = batch.held, batch.sandbox.conversation_id
+                        transaction.on_commit(
+                            lambda cid=cid, held=held: event_services.events_publish(
+                                conversation_id=cid, events=held
+                            )
                         )
-                    )
-                    if effect is None or entry.run is None:
-                        continue
-                    data = payload if effect is LineKind.RESULT else payload.get("data")
-                    lines.append(RunLine(run=entry.run, kind=effect, data=data))
-                    if effect is LineKind.USAGE:
-                        entry.run.record_usage(data)
-                    elif effect is LineKind.START:
-                        started.add(sandbox.sandbox_id)
-                    elif effect is LineKind.RESULT:
-                        finished.add(sandbox.sandbox_id)
-                event_services.events_append(
-                    conversation_id=conversation_id, drafts=coalesce_deltas(drafts)
+                gone = event_services.events_store(
+                    events={
+                        cid: [event for batch in group for event in batch.events or ()]
+                        for cid, group in by_conversation.items()
+                    }
                 )
-            self._effects.apply(lines)
+            else:
+                gone = self._append(by_conversation)
+            for conversation_id in gone:
+                logger.info(
+                    "conversation %s is gone; its sandbox's lines are dropped", conversation_id
+                )
+            kept = [b for b in batches if b.sandbox.conversation_id not in gone]
+            self._effects.apply([line for batch in kept for line in batch.effects])
+            started = {b.sandbox.sandbox_id for b in kept if b.started}
+            finished = {b.sandbox.sandbox_id for b in kept if b.finished}
             now = timezone.now()
             if started - finished:
                 Sandbox.objects.filter(id__in=started - finished, state=Sandbox.State.READY).update(
@@ -310,20 +381,28 @@ class EventPipeline:
                 Sandbox.objects.filter(id__in=finished, state=Sandbox.State.BUSY).update(
                     state=Sandbox.State.READY, last_active_at=now
                 )
-        # Committed, and (on commit) sent to the live groups.
-        metrics.relay_stored(
-            node=self.node,
-            arrivals=(received for pending in by_conversation.values() for *_, received in pending),
-        )
-        for run, received in streamed.values():
-            if not run.first_token:
-                run.first_token = True
-                if run.queued_at is not None:
-                    metrics.run_first_token(queued_at=run.queued_at, arrived=received)
+            if not live:  # sent once committed
+                transaction.on_commit(lambda: [self._sent(batch) for batch in kept])
+        metrics.relay_stored(node=self.node, lines=sum(batch.lines for batch in kept))
 
-    def _exit(self, item: _Item) -> None:
+    @staticmethod
+    def _append(by_conversation: dict[uuid.UUID, list[_Batch]]) -> set[uuid.UUID]:
+        """Embedded mode: store each conversation's drafts with new cursors (in
+        conversation order, so two writers can never deadlock); the gone ones."""
+        gone: set[uuid.UUID] = set()
+        for conversation_id in sorted(by_conversation):
+            drafts = [draft for batch in by_conversation[conversation_id] for draft in batch.drafts]
+            try:
+                event_services.events_append(
+                    conversation_id=conversation_id, drafts=coalesce_deltas(drafts)
+                )
+            except ConversationGone:
+                gone.add(conversation_id)
+        return gone
+
+    def _exit(self, batch: _Batch) -> None:
         """Record a sandbox's end and end its run, if one was still going."""
-        sandbox = item.sandbox
+        sandbox = batch.sandbox
         tail = sandbox.stderr_tail()
         state = Sandbox.State.STOPPED if sandbox.stopping else Sandbox.State.DEAD
         run = sandbox.active
@@ -332,12 +411,12 @@ class EventPipeline:
                 state=state, stopped_at=timezone.now()
             )
             Sandbox.objects.filter(id=sandbox.sandbox_id).update(
-                exit_code=item.returncode, stderr_tail=tail[-8000:]
+                exit_code=batch.exit_code, stderr_tail=tail[-8000:]
             )
             self._effects.sandbox_exited(
                 run=run,
                 conversation_id=sandbox.conversation_id,
-                exit_code=item.returncode,
+                exit_code=batch.exit_code,
                 stderr_tail=sandbox.mask_text(tail),
                 expected=state == Sandbox.State.STOPPED,
             )

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from conversations.selectors import runs as run_selectors
@@ -344,16 +344,19 @@ def network_refusal_notice(sandbox: SandboxProcess, destination: str, reason: st
     if run_id in sandbox.network_noticed:
         return
     sandbox.network_noticed.add(run_id)
-    event_services.notice_append(
-        conversation_id=sandbox.conversation_id,
-        run_id=run_id,
-        code="network_refused",
-        message=(
-            f"The sandbox tried to reach {destination}, which is not allowed for this run "
-            f"({reason}). A sandbox reaches only its model endpoint, its datasources and "
-            "the hosts the operator allowed (PAW_SANDBOX_ALLOWED_HOSTS)."
-        ),
-    )
+    try:
+        event_services.notice_append(
+            conversation_id=sandbox.conversation_id,
+            run_id=run_id,
+            code="network_refused",
+            message=(
+                f"The sandbox tried to reach {destination}, which is not allowed for this run "
+                f"({reason}). A sandbox reaches only its model endpoint, its datasources and "
+                "the hosts the operator allowed (PAW_SANDBOX_ALLOWED_HOSTS)."
+            ),
+        )
+    finally:
+        connection.close()  # the forwarder's thread: give the pooled connection back
 
 
 def _seed_history(sandbox: SandboxProcess, *, exclude_run: uuid.UUID | None) -> None:
@@ -430,8 +433,10 @@ def nodes_reap() -> dict[str, int]:
     A node without a heartbeat for ``PAW_NODE_DEAD_SECONDS`` is lost: its live sandboxes
     become ``dead``, its active runs end ``error`` ("worker lost") and their pending
     approvals are cancelled. Runs queued for over a minute are enqueued again (execution
-    is idempotent), which recovers tasks an in-memory broker lost on a restart.
-    Returns counts: ``{"nodes", "sandboxes", "runs", "requeued"}``.
+    is idempotent), which recovers tasks an in-memory broker lost on a restart. Events
+    that went live but were never stored (their writer was lost between the two) are
+    stored (``events_reconcile``).
+    Returns counts: ``{"nodes", "sandboxes", "runs", "requeued", "events"}``.
     """
     lost = lost_node_names(silent_for_seconds=settings.PAW_NODE_DEAD_SECONDS)
     gone = lost + stopped_node_names()
@@ -449,7 +454,18 @@ def nodes_reap() -> dict[str, int]:
     if lost:
         WorkerNode.objects.filter(name__in=lost).update(stopped_at=timezone.now())
     requeued = runs_requeue(older_than_seconds=60)
-    return {"nodes": len(lost), "sandboxes": sandboxes, "runs": runs, "requeued": requeued}
+    try:
+        events = event_services.events_reconcile()
+    except Exception:  # Redis away: the next round does it
+        logger.exception("reaper: the live logs could not be reconciled")
+        events = 0
+    return {
+        "nodes": len(lost),
+        "sandboxes": sandboxes,
+        "runs": runs,
+        "requeued": requeued,
+        "events": events,
+    }
 
 
 def runs_requeue(*, older_than_seconds: float) -> int:

@@ -4,6 +4,7 @@ waiting for database state written by another process."""
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from collections.abc import Callable
@@ -12,6 +13,7 @@ from typing import Any, TypeVar
 from channels.layers import get_channel_layer
 from django.db import close_old_connections
 
+from paw_project import live_log
 from paw_project.broadcast import conversation_group
 
 T = TypeVar("T")
@@ -33,9 +35,12 @@ def wait_for(
 
 
 class GroupListener:
-    """Collects every message sent to a conversation's group, from a background thread."""
+    """Collects every message sent to a conversation's group, from a background thread,
+    and (Redis mode) every append to its live log, as the group's embedded-mode message
+    ``{"type": "conversation.events", "events": [...], "sent_at"}``."""
 
     def __init__(self, conversation_id: Any) -> None:
+        self.conversation_id = conversation_id
         self.group = conversation_group(conversation_id)
         self.messages: list[dict[str, Any]] = []
         self._ready = threading.Event()
@@ -58,6 +63,9 @@ class GroupListener:
         layer = get_channel_layer()
         channel = await layer.new_channel()
         await layer.group_add(self.group, channel)
+        hub = live_log.hub() if live_log.enabled() else None
+        if hub is not None:
+            await hub.follow(self.conversation_id, self)
         self._ready.set()
         # One receive at a time, never cancelled while the listener runs: cancelling a
         # channels-redis receive that is fetching a message loses that message.
@@ -74,6 +82,21 @@ class GroupListener:
             if pending is not None:
                 pending.cancel()
             await layer.group_discard(self.group, channel)
+            if hub is not None:
+                await hub.leave(self.conversation_id, self)
+
+    def live_batch(self, first: int, sent_ms: int, texts: list[str]) -> None:
+        """An append to the live log (``paw_project.live_log.Subscriber``)."""
+        self.messages.append(
+            {
+                "type": "conversation.events",
+                "events": [json.loads(text) for text in texts],
+                "sent_at": sent_ms / 1000,
+            }
+        )
+
+    def live_resync(self) -> None:
+        raise AssertionError("the listener's live-log subscription broke")
 
     def events(self) -> list[dict[str, Any]]:
         """Every stored event received, in order: ``{"cursor", "run_id", "event"}``."""

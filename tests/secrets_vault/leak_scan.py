@@ -10,8 +10,10 @@ keep, for the test under way, what PAW answers through the test tools:
   still read it afterwards;
 * every message a ``channels.testing.WebsocketCommunicator`` receives from the app
   (``receive_from`` and ``receive_json_from`` read through ``receive_output``);
-* every message the test process receives from the channel layer: the events and
-  statuses PAW fans out to websocket clients, as ``tests.live.GroupListener`` sees them.
+* every message the test process receives from the channel layer (the statuses PAW
+  fans out to websocket clients, and in the embedded mode the events) and from a
+  conversation's live log (the events, in Redis mode), as ``tests.live.GroupListener``
+  and the websocket consumers under test see them.
 
 It also learns every *known secret value* (:func:`known_secret_values`): each plaintext
 that passes through the vault's encrypted field (``Secret.value`` written by any service,
@@ -267,6 +269,15 @@ def _wrap_layer_receive(original: Callable) -> Callable:
     return receive
 
 
+def _wrap_live_message(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def parse_message(data: bytes) -> Any:
+        SCAN.record("live log message", data)
+        return original(data)
+
+    return parse_message
+
+
 # --- what is known ------------------------------------------------------------------------
 
 
@@ -298,6 +309,7 @@ def install() -> Callable[[], None]:
     from django.test import AsyncClient, Client
     from django.utils.module_loading import import_string
 
+    from paw_project import live_log
     from secrets_vault.fields import EncryptedSecretField
 
     patch = pytest.MonkeyPatch()
@@ -307,6 +319,7 @@ def install() -> Callable[[], None]:
         (WebsocketCommunicator, "receive_output", _wrap_receive_output),
         (EncryptedSecretField, "get_prep_value", _wrap_get_prep_value),
         (EncryptedSecretField, "from_db_value", _wrap_from_db_value),
+        (live_log, "parse_message", _wrap_live_message),
     ]
     layers = getattr(settings, "CHANNEL_LAYERS", {})
     if "default" in layers:
