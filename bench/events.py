@@ -15,8 +15,10 @@ measures, each against the target of issue 16:
    ``paw-agent serve`` under bubblewrap, the default), and its first token (POST → the
    first ``delta``), then the first token of a warm conversation;
 5. memory of an idle sandbox (``paw-agent``, resident set of its process tree);
-6. ``--concurrent`` runs at once on one node, each streaming 100 lines/s for 5 s:
-   latency percentiles, and that nothing is lost, doubled or reordered.
+6. ``--concurrent`` runs at once on one node, each streaming 100 lines/s for 5 s, their
+   sandboxes started before (as ../shared/peer-bench does): latency percentiles (also per
+   second of the streaming), and that nothing is lost, doubled or reordered; with
+   ``--only concurrent-cold`` the runs spawn their runtimes themselves.
 
 Measures 1, 2, 3 and 6 use the test suite's scripted runtime
 (``tests/sandboxes/fake_runtime.py``, isolation ``none``) so they time PAW, not a model;
@@ -50,7 +52,7 @@ from stack import (
 
 from paw_client.stream import frame_events
 
-MEASURES = ["throughput", "latency", "warm", "concurrent", "cold", "memory"]
+MEASURES = ["throughput", "latency", "warm", "concurrent", "concurrent-cold", "cold", "memory"]
 #: Seconds a concurrent-run client waits for its run's result before it counts as stalled.
 STALL_SECONDS = 90
 FAKE = f"{sys.executable} {ROOT / 'tests' / 'sandboxes' / 'fake_runtime.py'} serve"
@@ -237,9 +239,24 @@ def idle_sandbox_memory(env: dict[str, str]) -> dict:
     }
 
 
-async def concurrent(stack: Stack, count: int, lines: int = 500) -> dict:
-    conversations = [await stack.conversation(f"timed {lines} 0.01") for _ in range(count)]
+async def concurrent(stack: Stack, count: int, lines: int = 500, *, cold: bool = False) -> dict:
+    """``count`` runs streaming ``lines`` words at 100/s each, all started at once. As
+    ../shared/peer-bench does, each conversation's sandbox is started first by a run of
+    one word (ten at a time), unless ``cold``: then the 100 runs also spawn their 100
+    runtimes while the first ones stream."""
+    conversations = [await stack.conversation("flood 1" if not cold else f"timed {lines} 0.01")
+                     for _ in range(count)]  # fmt: skip
+    if not cold:
+        gate = asyncio.Semaphore(10)
+
+        async def warm(conversation: str) -> None:
+            async with gate:
+                await run_start_time(stack, conversation)
+            (stack.workspaces / conversation / "fake_mode").write_text(f"timed {lines} 0.01")
+
+        await asyncio.gather(*(warm(c) for c in conversations))
     delays: list[float] = []
+    stamped: list[tuple[float, float]] = []  # (when a word was written, its delay)
     complete = 0
     stalled: list[dict] = []
 
@@ -249,10 +266,15 @@ async def concurrent(stack: Stack, count: int, lines: int = 500) -> dict:
 
         def measure(event: dict, received: float) -> None:
             got.append(event)
-            delays.extend(word_delays(event, received))
+            for delay in word_delays(event, received):
+                delays.append(delay)
+                stamped.append((received - delay, delay))
 
+        # From the conversation's cursor now: not the warm-up run's events.
+        response = await stack.http.get(f"/api/conversations/{conversation}")
+        after = response.json()["event_cursor"]
         async with stack.socket(conversation) as ws:
-            await ws.send(json.dumps({"type": "resume", "after": 0}))
+            await ws.send(json.dumps({"type": "resume", "after": after}))
             ready.set()
             try:
                 # The runs stream for 5 s; a client still waiting long after lost something.
@@ -273,13 +295,23 @@ async def concurrent(stack: Stack, count: int, lines: int = 500) -> dict:
     await asyncio.gather(*(r.wait() for r in readies))
     await asyncio.gather(*(stack.start_run(c) for c in conversations))
     await asyncio.gather(*followers)
+    # p99 per second of the streaming, from the first word written: where the delay comes.
+    start = min(written for written, _ in stamped)
+    by_second: dict[int, list[float]] = {}
+    for written, delay in stamped:
+        by_second.setdefault(int(written - start), []).append(delay)
     return {
         "runs": count,
+        "sandboxes": "spawned by the runs" if cold else "started before (a run of one word each)",
         "lines_each": lines,
         "rate_each_per_s": 100,
         "p50_ms": round(percentile(delays, 0.5) * 1000, 1),
         "p99_ms": round(percentile(delays, 0.99) * 1000, 1),
         "max_ms": round(max(delays) * 1000, 1),
+        "p99_ms_by_second": {
+            second: round(percentile(values, 0.99) * 1000, 1)
+            for second, values in sorted(by_second.items())
+        },
         "runs_complete_exactly_once_in_order": complete,
         "stalled": stalled,
     }
@@ -304,6 +336,10 @@ async def fake_phase(env: dict[str, str], args: argparse.Namespace) -> dict:
             results["warm_run_start"] = await warm_start(stack, 10 if args.quick else 30)
         if "concurrent" in args.only:
             results["concurrent"] = await concurrent(stack, 10 if args.quick else args.concurrent)
+        if "concurrent-cold" in args.only:
+            results["concurrent_cold"] = await concurrent(
+                stack, 10 if args.quick else args.concurrent, cold=True
+            )
         return results
     finally:
         await stack.http.aclose()
@@ -344,6 +380,7 @@ TARGETS = [
      "≤ 40 MB private", "—"),
     ("concurrent", "100 streams at 100 words/s each, one node", "p99 ≤ 100 ms, nothing lost",
      "p50 13.8 s, p99 25.6 s"),
+    ("concurrent_cold", "the same, the 100 runtimes spawned by the runs", "p99 ≤ 100 ms", "—"),
 ]  # fmt: skip
 
 
@@ -378,13 +415,14 @@ def verdicts(results: dict) -> dict[str, tuple[str, bool]]:
             f"private median {r['private_median_mb']} MB (resident {r['median_mb']} MB)",
             r["private_median_mb"] <= 40,
         )
-    if r := results.get("concurrent"):
-        whole = r["runs_complete_exactly_once_in_order"] == r["runs"]
-        out["concurrent"] = (
-            f"{r['runs']} runs: p50 {r['p50_ms']} ms, p99 {r['p99_ms']} ms, "
-            f"{r['runs_complete_exactly_once_in_order']}/{r['runs']} complete",
-            r["p99_ms"] <= 100 and whole,
-        )
+    for key in ("concurrent", "concurrent_cold"):
+        if r := results.get(key):
+            whole = r["runs_complete_exactly_once_in_order"] == r["runs"]
+            out[key] = (
+                f"{r['runs']} runs: p50 {r['p50_ms']} ms, p99 {r['p99_ms']} ms, "
+                f"{r['runs_complete_exactly_once_in_order']}/{r['runs']} complete",
+                r["p99_ms"] <= 100 and whole,
+            )
     return out
 
 
@@ -429,7 +467,7 @@ def main() -> None:
         )
         migrate(fake_env)
         results = {}
-        if {"throughput", "latency", "warm", "concurrent"} & set(args.only):
+        if {"throughput", "latency", "warm", "concurrent", "concurrent-cold"} & set(args.only):
             results.update(asyncio.run(fake_phase(fake_env, args)))
         if {"cold", "memory"} & set(args.only):
             results.update(asyncio.run(real_phase(bench_env(**provider), args)))

@@ -50,7 +50,11 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from conversations.models import Conversation
 from conversations.selectors.conversations import conversation_get
-from conversations.selectors.events import EventText, conversation_cursor, event_texts_after
+from conversations.selectors.events import (
+    EventText,
+    conversation_cursor_async,
+    event_texts_after_async,
+)
 from conversations.selectors.messages import pending_messages
 from conversations.services import approvals as approval_services
 from conversations.services import runs as run_services
@@ -99,8 +103,6 @@ def _conversation_access(user: Any, conversation_id: str) -> tuple[int, Conversa
         return 4404, None
 
 
-_current_cursor = database_sync_to_async(conversation_cursor)
-_events_after = database_sync_to_async(event_texts_after)
 _pending_messages = database_sync_to_async(pending_messages)
 
 
@@ -163,7 +165,7 @@ class ConversationConsumer(PawConsumer):
             self._hub = live_log.hub()
             await self._hub.follow(conversation.id, self)
             self._pump = asyncio.create_task(self._pump_live())
-        self.cursor = await _current_cursor(conversation_id=conversation.id)
+        self.cursor = await conversation_cursor_async(conversation_id=conversation.id)
         self._last_message = time.monotonic()
         self._checked = False  # the quiet check ran since the last message
         self._watch = asyncio.create_task(self._watch_quiet())
@@ -200,7 +202,7 @@ class ConversationConsumer(PawConsumer):
 
     async def catch_up(self, message: dict[str, Any]) -> None:
         """Read back events this connection lacks (see the module docstring)."""
-        if self.live and await _current_cursor(conversation_id=self.conversation_id) > self.cursor:
+        if self.live and await conversation_cursor_async(conversation_id=self.conversation_id) > self.cursor:
             async with self._sending:
                 logger.info("websocket caught up on events it had not received")
                 await self._fill(until=None, reason="quiet_check")
@@ -289,7 +291,7 @@ class ConversationConsumer(PawConsumer):
             await self._error("rate_limited", "Resume at most once a second.")
             return
         self._resumed_at = now
-        current = await _current_cursor(conversation_id=self.conversation_id)
+        current = await conversation_cursor_async(conversation_id=self.conversation_id)
         async with self._sending:
             # A cursor from the future would hide the events still to come: clamp it.
             self.cursor = min(after, current)
@@ -357,6 +359,8 @@ class ConversationConsumer(PawConsumer):
                             [(first + index, text) for index, text in enumerate(texts)],
                             sent_at=sent_ms / 1000,
                         )
+                except OSError:
+                    return  # the client went away (the server's ClientDisconnected is one)
                 except Exception:
                     # A failed read-back (the database away for a moment): read back again
                     # shortly; what this connection missed is in the log.
@@ -418,7 +422,7 @@ class ConversationConsumer(PawConsumer):
         ``reason``: why they are read back (counted: ``paw_relay_events_replayed_total``).
         Call with ``_sending`` held."""
         while True:
-            page = await _events_after(
+            page = await event_texts_after_async(
                 conversation_id=self.conversation_id,
                 after=self.cursor,
                 until=until,

@@ -2,7 +2,8 @@
 websockets to the Channels routes.
 
 Routing follows the Channels docs: ``AllowedHostsOriginValidator(AuthMiddlewareStack(
-URLRouter(...)))``, with a JWT middleware inside for integrations (``accounts.websocket``).
+URLRouter(...)))``, with a JWT middleware inside for integrations (``accounts.websocket``),
+each connection's database work on a thread of a fixed set (``asgi_handler.WebsocketThreads``).
 The websocket routes are collected from ``conversations.routing``. Around it all, one
 access line per response or websocket connection (``paw_project.access_log``).
 """
@@ -13,7 +14,7 @@ import os
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "paw_project.settings")
 
-from paw_project.asgi_handler import get_sync_stack_asgi_application
+from paw_project.asgi_handler import WebsocketThreads, get_sync_stack_asgi_application
 
 # Django must be set up before anything imports models (consumers do). HTTP runs the sync
 # middleware chain in one thread hop per request (see paw_project.asgi_handler).
@@ -32,8 +33,10 @@ application = AccessLogMiddleware(
     ProtocolTypeRouter(
         {
             "http": BodySizeLimitMiddleware(django_asgi_app),
-            "websocket": AllowedHostsOriginValidator(
-                AuthMiddlewareStack(JwtAuthMiddleware(URLRouter(websocket_urlpatterns)))
+            "websocket": WebsocketThreads(
+                AllowedHostsOriginValidator(
+                    AuthMiddlewareStack(JwtAuthMiddleware(URLRouter(websocket_urlpatterns)))
+                )
             ),
         }
     )

@@ -16,7 +16,8 @@ Two costs dominate Django's own ``ASGIHandler`` for sync views (measured with
   ``request_finished`` cleanup still happen on one thread, as before.
 
 Nothing else changes: the same middleware, views, body spooling, streaming responses and
-disconnect handling come from ``ASGIHandler``. Websockets do not pass here (Channels).
+disconnect handling come from ``ASGIHandler``. Websockets do not pass here (Channels);
+:class:`WebsocketThreads` gives them a fixed set of threads of their own in the same way.
 """
 
 from __future__ import annotations
@@ -67,3 +68,32 @@ def get_sync_stack_asgi_application() -> SyncStackASGIHandler:
 
     django.setup(set_prefix=False)
     return SyncStackASGIHandler()
+
+
+class WebsocketThreads:
+    """ASGI middleware for websockets: each connection does its thread-sensitive work
+    (Channels' ``database_sync_to_async``, the session and token lookups of the auth
+    middlewares) on one of ``PAW_WEB_THREADS`` threads of its own (the one with the
+    fewest open connections), not on the one thread asgiref otherwise shares among all
+    of them. With a hundred sockets connecting and resuming at once, their database
+    calls queued behind each other there for seconds (``bench/events.py``). Each thread
+    holds at most one pooled database connection at a time, as the request threads do.
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        count = max(1, settings.PAW_WEB_THREADS)
+        self._executors = [
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"paw-ws-{n}")
+            for n in range(count)
+        ]
+        self._open = [0] * count
+
+    async def __call__(self, scope: dict[str, Any], receive, send) -> None:
+        index = min(range(len(self._open)), key=self._open.__getitem__)
+        self._open[index] += 1
+        try:
+            async with ThreadSensitiveContext(executor=self._executors[index]):
+                await self.app(scope, receive, send)
+        finally:
+            self._open[index] -= 1

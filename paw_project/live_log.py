@@ -238,6 +238,39 @@ def read(
     return first, [_entry(item) for item in entries]
 
 
+_async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, redis.asyncio.Redis] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _async_client() -> redis.asyncio.Redis:
+    """The running loop's Redis client for reads (no thread hop for the websockets)."""
+    loop = asyncio.get_running_loop()
+    found = _async_clients.get(loop)
+    if found is None:
+        found = _async_clients[loop] = redis.asyncio.Redis.from_url(settings.REDIS_URL)
+    return found
+
+
+async def aread(
+    log_id: Any, *, after: int, until: int | None = None, limit: int = 1000
+) -> tuple[int | None, list[LiveEntry]]:
+    """:func:`read` from an event loop."""
+    high = f"({until}-0" if until is not None else "+"
+    async with _async_client().pipeline(transaction=False) as pipe:
+        pipe.xrange(stream_key(log_id), "-", "+", count=1)
+        pipe.xrange(stream_key(log_id), f"({after}-0" if after > 0 else "-", high, count=limit)
+        oldest, entries = await pipe.execute()
+    first = _entry(oldest[0]).cursor if oldest else None
+    return first, [_entry(item) for item in entries]
+
+
+async def alast_cursor(log_id: Any) -> int | None:
+    """:func:`last_cursor` from an event loop."""
+    value = await _async_client().get(counter_key(log_id))
+    return int(value) if value is not None else None
+
+
 def streams() -> Iterator[str]:
     """The ids of every log that has a stream (for the reconciler; scans the keyspace)."""
     for key in client().scan_iter(match="paw:live:{*}:s", count=500):

@@ -149,7 +149,8 @@ TEMPLATES = [
     },
 ]
 
-# Threads per web process that run requests (sync views); see paw_project.asgi_handler.
+# Threads per web process that run requests (sync views), and as many for the websockets'
+# database work; see paw_project.asgi_handler.
 PAW_WEB_THREADS = env.int("PAW_WEB_THREADS", default=4)
 
 # --- Database ---------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from typing import Any
 from uuid import UUID
 
 import redis
+from channels.db import database_sync_to_async
 
 from accounts.models import User
 from conversations.models import Conversation, RunEvent
@@ -54,6 +55,21 @@ def _live(
         return None, []
 
 
+def _stored_texts(conversation_id: UUID, after: int, until: int | None, limit: int) -> list[EventText]:
+    return [
+        (event.cursor, json.dumps(event_message(event), ensure_ascii=False))
+        for event in _stored(conversation_id, after, until, limit)
+    ]
+
+
+def _below(oldest: int | None, until: int | None) -> int | None:
+    """Where reading from the database stops: below the stream's oldest event (and
+    ``until``)."""
+    if oldest is None:
+        return until
+    return oldest if until is None else min(oldest, until)
+
+
 def event_texts_after(
     *, conversation_id: UUID, after: int, until: int | None = None, limit: int = EVENTS_LIMIT_MAX
 ) -> list[EventText]:
@@ -64,11 +80,31 @@ def event_texts_after(
     oldest, entries = _live(conversation_id, after, until, limit)
     texts: list[EventText] = []
     if oldest is None or oldest > after + 1:
-        below = until if oldest is None else min(oldest, until or oldest)
-        texts = [
-            (event.cursor, json.dumps(event_message(event), ensure_ascii=False))
-            for event in _stored(conversation_id, after, below, limit)
-        ]
+        texts = _stored_texts(conversation_id, after, _below(oldest, until), limit)
+    texts += [(entry.cursor, entry.text) for entry in entries[: limit - len(texts)]]
+    return texts
+
+
+async def event_texts_after_async(
+    *, conversation_id: UUID, after: int, until: int | None = None, limit: int = EVENTS_LIMIT_MAX
+) -> list[EventText]:
+    """:func:`event_texts_after` from an event loop: the live log is read without leaving
+    the loop, the database (only when the stream does not reach back far enough) on the
+    caller's database thread."""
+    oldest: int | None = None
+    entries: list[live_log.LiveEntry] = []
+    if live_log.enabled():
+        try:
+            oldest, entries = await live_log.aread(
+                conversation_id, after=after, until=until, limit=limit
+            )
+        except redis.RedisError as exc:
+            logger.warning("live log unreadable (%s); reading stored events only", exc)
+    texts: list[EventText] = []
+    if oldest is None or oldest > after + 1:
+        texts = await database_sync_to_async(_stored_texts)(
+            conversation_id, after, _below(oldest, until), limit
+        )
     texts += [(entry.cursor, entry.text) for entry in entries[: limit - len(texts)]]
     return texts
 
@@ -118,6 +154,29 @@ def event_messages_after(
     ]
 
 
+async def conversation_cursor_async(*, conversation_id: UUID) -> int:
+    """:func:`conversation_cursor` from an event loop (the live log's counter is read
+    without leaving the loop; the database only when it is gone)."""
+    if live_log.enabled():
+        try:
+            handed_out = await live_log.alast_cursor(conversation_id)
+        except redis.RedisError as exc:
+            logger.warning("live log unreadable (%s); using the stored cursor", exc)
+            handed_out = None
+        if handed_out is not None:
+            return handed_out
+    return await database_sync_to_async(_stored_cursor)(conversation_id)
+
+
+def _stored_cursor(conversation_id: UUID) -> int:
+    return (
+        Conversation.objects.filter(id=conversation_id)
+        .values_list("event_cursor", flat=True)
+        .first()
+        or 0
+    )
+
+
 def conversation_cursor(*, conversation_id: UUID) -> int:
     """The cursor of the conversation's latest event (0 before the first, or when the
     conversation is gone): the live log's counter in Redis mode, else the stored one."""
@@ -129,9 +188,4 @@ def conversation_cursor(*, conversation_id: UUID) -> int:
             handed_out = None
         if handed_out is not None:
             return handed_out
-    return (
-        Conversation.objects.filter(id=conversation_id)
-        .values_list("event_cursor", flat=True)
-        .first()
-        or 0
-    )
+    return _stored_cursor(conversation_id)
