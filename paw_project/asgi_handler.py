@@ -22,6 +22,8 @@ disconnect handling come from ``ASGIHandler``. Websockets do not pass here (Chan
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -32,6 +34,31 @@ from django.core.handlers.asgi import ASGIHandler
 from django.http import HttpRequest, HttpResponseBase
 
 
+class ThreadSet:
+    """``PAW_WEB_THREADS`` single-thread executors named ``paw-<name>-<n>``; :meth:`use`
+    runs the block's thread-sensitive work (asgiref's ``ThreadSensitiveContext``) on the
+    least busy one."""
+
+    def __init__(self, name: str) -> None:
+        count = max(1, settings.PAW_WEB_THREADS)
+        self._executors = [
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"paw-{name}-{n}")
+            for n in range(count)
+        ]
+        self._busy = [0] * count
+
+    @contextlib.asynccontextmanager
+    async def use(self) -> AsyncIterator[None]:
+        # All of this runs on the event loop: no lock.
+        index = min(range(len(self._busy)), key=self._busy.__getitem__)
+        self._busy[index] += 1
+        try:
+            async with ThreadSensitiveContext(executor=self._executors[index]):
+                yield
+        finally:
+            self._busy[index] -= 1
+
+
 class SyncStackASGIHandler(ASGIHandler):
     """``ASGIHandler`` with a sync middleware chain run in one hop, on a fixed set of
     ``PAW_WEB_THREADS`` request threads."""
@@ -39,24 +66,13 @@ class SyncStackASGIHandler(ASGIHandler):
     def __init__(self) -> None:
         base.BaseHandler.__init__(self)
         self.load_middleware(is_async=False)
-        count = max(1, settings.PAW_WEB_THREADS)
-        self._executors = [
-            ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"paw-web-{n}")
-            for n in range(count)
-        ]
-        self._in_flight = [0] * count
+        self._threads = ThreadSet("web")
 
     async def __call__(self, scope: dict[str, Any], receive, send) -> None:
         if scope["type"] != "http":
             raise ValueError(f"Django can only handle ASGI/HTTP connections, not {scope['type']}.")
-        # The least busy request thread (all of this runs on the event loop: no lock).
-        index = min(range(len(self._in_flight)), key=self._in_flight.__getitem__)
-        self._in_flight[index] += 1
-        try:
-            async with ThreadSensitiveContext(executor=self._executors[index]):
-                await self.handle(scope, receive, send)
-        finally:
-            self._in_flight[index] -= 1
+        async with self._threads.use():
+            await self.handle(scope, receive, send)
 
     async def get_response_async(self, request: HttpRequest) -> HttpResponseBase:
         return await sync_to_async(self.get_response, thread_sensitive=True)(request)
@@ -82,18 +98,8 @@ class WebsocketThreads:
 
     def __init__(self, app: Any) -> None:
         self.app = app
-        count = max(1, settings.PAW_WEB_THREADS)
-        self._executors = [
-            ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"paw-ws-{n}")
-            for n in range(count)
-        ]
-        self._open = [0] * count
+        self._threads = ThreadSet("ws")
 
     async def __call__(self, scope: dict[str, Any], receive, send) -> None:
-        index = min(range(len(self._open)), key=self._open.__getitem__)
-        self._open[index] += 1
-        try:
-            async with ThreadSensitiveContext(executor=self._executors[index]):
-                await self.app(scope, receive, send)
-        finally:
-            self._open[index] -= 1
+        async with self._threads.use():
+            await self.app(scope, receive, send)

@@ -246,17 +246,21 @@ def _insert(rows: list[tuple[UUID, StoredEvent]], now: datetime) -> None:
     for cid, event in rows:
         try:
             with transaction.atomic():
-                RunEvent.objects.create(
-                    conversation_id=cid,
-                    run_id=event.run_id,
-                    cursor=event.cursor,
-                    type=event.type,
-                    kind=event.kind,
-                    payload=event.payload,
-                    created_at=event.created_at or now,
-                )
+                _model(cid, event, now).save(force_insert=True)
         except IntegrityError as exc:
             logger.warning("event %s of conversation %s not stored: %s", event.cursor, cid, exc)
+
+
+def _model(conversation_id: UUID, event: StoredEvent, now: datetime) -> RunEvent:
+    return RunEvent(
+        conversation_id=conversation_id,
+        run_id=event.run_id,
+        cursor=event.cursor,
+        type=event.type,
+        kind=event.kind,
+        payload=event.payload,
+        created_at=event.created_at or now,
+    )
 
 
 def _copy(rows: Iterable[tuple[UUID, StoredEvent]], now: datetime) -> None:
@@ -306,18 +310,7 @@ def events_append(*, conversation_id: UUID, drafts: Sequence[EventDraft]) -> lis
         if connection.vendor == "postgresql":
             _copy(((conversation_id, event) for event in events), now)
         else:
-            RunEvent.objects.bulk_create(
-                RunEvent(
-                    conversation_id=conversation_id,
-                    run_id=e.run_id,
-                    cursor=e.cursor,
-                    type=e.type,
-                    kind=e.kind,
-                    payload=e.payload,
-                    created_at=now,
-                )
-                for e in events
-            )
+            RunEvent.objects.bulk_create(_model(conversation_id, e, now) for e in events)
         transaction.on_commit(
             lambda: _safe(_events_publish, conversation_id=conversation_id, events=events)
         )

@@ -13,6 +13,7 @@ import pytest
 
 from tests.conftest import WebServer, web_server
 from tests.processes import ROOT
+from tests.sandboxes.scenarios import FAKE
 
 CHROMIUM = "/usr/bin/chromium"
 #: The chat server's upload limit (bytes): small, so "too large" is cheap to test.
@@ -29,6 +30,13 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
+
+
+@pytest.fixture
+def fake_worker(worker_node):
+    """The session's worker node running the suite's scripted runtime
+    (``tests/sandboxes/fake_runtime.py``, no jail): its mode comes from the workspace."""
+    return worker_node.use(FAKE, PAW_SANDBOX_ISOLATION="none")
 
 
 @pytest.fixture(scope="module")

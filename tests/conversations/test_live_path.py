@@ -47,11 +47,6 @@ from tests.sandboxes.scenarios import FAKE
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
-@pytest.fixture
-def fake_worker(worker_node):
-    return worker_node.use(FAKE, PAW_SANDBOX_ISOLATION="none")
-
-
 @contextmanager
 def events_table_locked():
     """Hold the run events' table so no event can be stored (``SHARE`` mode: reads go on,

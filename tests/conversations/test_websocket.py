@@ -22,11 +22,6 @@ from tests.sandboxes.scenarios import FAKE
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
-@pytest.fixture
-def fake_worker(worker_node):
-    return worker_node.use(FAKE, PAW_SANDBOX_ISOLATION="none")
-
-
 @database_sync_to_async
 def conversation_with_mode(mode: str, **fields) -> Conversation:
     conversation = ConversationFactory(**fields)

@@ -20,14 +20,8 @@ from tests.conversations.test_websocket import (
     start,
 )
 from tests.factories import ConversationFactory
-from tests.sandboxes.scenarios import FAKE
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
-
-
-@pytest.fixture
-def fake_worker(worker_node):
-    return worker_node.use(FAKE, PAW_SANDBOX_ISOLATION="none")
 
 
 async def user_socket(user=None, *, cookie: bool = True, sessionid: str | None = None):
