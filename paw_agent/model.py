@@ -168,34 +168,52 @@ class ModelClient:
         self.retry_base = retry_base
         self.request_timeout = request_timeout
         self._client: Any = None
+        self._http: Any = None
         self._raw: Any = None
         self._client_lock = threading.Lock()
         self._sockets: weakref.WeakSet[Any] = weakref.WeakSet()
         self._control: RunControl | None = None
 
-    def _build(self) -> None:
+    def _build(self, *, transport_only: bool = False) -> None:
         with self._client_lock:
             if self._client is not None:
                 return
             import httpx
             import openai
 
-            http = openai.DefaultHttpxClient(event_hooks={"request": [self._on_request]})
-            self._raw = httpx.Response
+            if self._http is None:
+                # The HTTP client holds no endpoint or key, only the transport: its TLS
+                # context (tens of milliseconds to build) and the proxies of the
+                # environment (the isolated network's are the same for every sandbox).
+                self._http = openai.DefaultHttpxClient(event_hooks={"request": [self._on_request]})
+                self._raw = httpx.Response
+            if transport_only:
+                return
             self._client = openai.OpenAI(
                 base_url=self.base_url,
                 api_key=self.api_key,
                 max_retries=0,
                 timeout=openai.Timeout(self.request_timeout, connect=10.0),
-                http_client=http,
+                http_client=self._http,
             )
 
-    def warm(self) -> None:
+    def warm(self, *, transport_only: bool = False) -> None:
         """Build the client now (importing the SDK), on the calling thread; a failure is
         left for the first model call to report. A call that comes meanwhile waits for
-        this build instead of starting its own."""
+        this build instead of starting its own. ``transport_only``: import the SDK and
+        build the HTTP transport, not the client of an endpoint (a spare runtime, which
+        is given its endpoint and key at hand-over: :meth:`configure`)."""
         with contextlib.suppress(Exception):
-            self._build()
+            self._build(transport_only=transport_only)
+
+    def configure(self, *, model: str, base_url: str | None, api_key: str | None) -> None:
+        """Point the client at another endpoint, key and model (a spare runtime's
+        hand-over). The HTTP transport built by :meth:`warm` is kept; the SDK client is
+        built anew on the next :meth:`warm` or model call. Not during a call or a full
+        build; a transport-only :meth:`warm` may still be importing the SDK (it holds the
+        build's lock for that long, so this does not take it)."""
+        self.model, self.base_url, self.api_key = model, base_url, api_key
+        self._client = None
 
     def _sdk(self, control: RunControl) -> Any:
         """The ``openai.OpenAI`` client, built on first use (one per process, so HTTP

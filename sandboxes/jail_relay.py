@@ -1,12 +1,16 @@
 """The relay inside a sandbox's network namespace (stdlib only, run ``python -I -S``).
 
-    jail_relay.py --socket PATH --proxy PORT [--forward LPORT=HOST:PORT ...] -- ARGV...
+    jail_relay.py --socket PATH --proxy PORT [--forward LPORT=HOST:PORT ...]
+                  [--ports FIRST-LAST] -- ARGV...
 
 Binds ``127.0.0.1:PORT`` (HTTP proxy) and each ``127.0.0.1:LPORT``, then starts ``ARGV``
 (the runtime) as its child, with the runtime's standard streams and inherited descriptors
 (``--secrets-fd``), and pipes every accepted connection to the node's Unix socket ``PATH``
-after a one-line preface: ``PROXY`` or ``TCP HOST PORT``. The node decides; this process
-only carries bytes. It exits with the runtime's status (signals it gets are passed on).
+after a one-line preface: ``PROXY`` or ``TCP HOST PORT``. ``--ports`` binds every port
+from FIRST to LAST with the preface ``PORT LPORT``, destination unsaid: a spare sandbox's
+relay, whose destinations the node learns at its hand-over. The node decides; this
+process only carries bytes. It exits with the runtime's status (signals it gets are
+passed on).
 """
 
 import asyncio
@@ -18,7 +22,7 @@ import sys
 
 
 def _parse(argv):
-    socket_path, proxy, forwards = None, None, []
+    socket_path, proxy, forwards, ports = None, None, [], []
     i = 0
     while i < len(argv) and argv[i] != "--":
         flag, value = argv[i], argv[i + 1]
@@ -30,10 +34,13 @@ def _parse(argv):
             local, _, destination = value.partition("=")
             host, _, port = destination.rpartition(":")
             forwards.append((int(local), host, int(port)))
+        elif flag == "--ports":
+            first, _, last = value.partition("-")
+            ports.extend(range(int(first), int(last) + 1))
         else:
             raise SystemExit(f"jail_relay: unknown option {flag}")
         i += 2
-    return socket_path, proxy, forwards, argv[i + 1 :]
+    return socket_path, proxy, forwards, ports, argv[i + 1 :]
 
 
 def _listen(port):
@@ -98,12 +105,14 @@ def _not_dumpable():
 
 
 def main(argv):
-    socket_path, proxy, forwards, command = _parse(argv)
+    socket_path, proxy, forwards, ports, command = _parse(argv)
     if not command:
         raise SystemExit("jail_relay: no command after --")
     listeners = [(_listen(proxy), b"PROXY\n")] if proxy else []
     for local, host, port in forwards:
         listeners.append((_listen(local), f"TCP {host} {port}\n".encode()))
+    for local in ports:
+        listeners.append((_listen(local), f"PORT {local}\n".encode()))
     child = os.fork()
     if child == 0:
         for sock, _ in listeners:
