@@ -116,7 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-warm",
         action="store_true",
         help="import the model SDK on the first model call, not right after ready "
-        "(about 45 MB less for a sandbox that never runs; its first answer comes ~1 s later)",
+        "(about 17 MB less for a sandbox that never runs; its first answer comes ~0.2-0.5 s "
+        "later)",
     )
     serve.add_argument(
         "--spare",
