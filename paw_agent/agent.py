@@ -81,21 +81,32 @@ class RunFailed(Exception):
 class Agent:
     """Process-wide state: workspace, model client, Python kernel, tools, datasources and
     the conversation memory (last ``memory_turns`` turns plus a summary of older ones).
-    ``environ`` supplies ``OPENAI_*`` and ``PAW_DATASOURCE*``. Raises
-    ``FileNotFoundError`` if the project folder does not exist."""
+    ``environ`` supplies ``OPENAI_*`` and ``PAW_DATASOURCE*``. ``model``: a model client
+    to keep (a spare's, its SDK imported and its transport built), pointed at
+    ``environ``'s endpoint. Raises ``FileNotFoundError`` if the project folder does not
+    exist."""
 
-    def __init__(self, settings: Settings, environ: Mapping[str, str]) -> None:
+    def __init__(
+        self, settings: Settings, environ: Mapping[str, str], *, model: ModelClient | None = None
+    ) -> None:
         self.settings = settings
         self.workspace = Workspace(settings.project)
-        self.model = ModelClient(
-            model=environ.get("OPENAI_MODEL") or "gpt-4o-mini",
-            base_url=environ.get("OPENAI_BASE_URL") or None,
-            api_key=environ.get("OPENAI_API_KEY") or None,
-            stream=settings.stream,
-            max_output_tokens=settings.max_output_tokens,
-            attempts=settings.attempts,
-            retry_base=settings.retry_base,
-        )
+        endpoint = {
+            "model": environ.get("OPENAI_MODEL") or "gpt-4o-mini",
+            "base_url": environ.get("OPENAI_BASE_URL") or None,
+            "api_key": environ.get("OPENAI_API_KEY") or None,
+        }
+        if model is not None:
+            model.configure(**endpoint)
+            self.model = model
+        else:
+            self.model = ModelClient(
+                **endpoint,
+                stream=settings.stream,
+                max_output_tokens=settings.max_output_tokens,
+                attempts=settings.attempts,
+                retry_base=settings.retry_base,
+            )
         self.memory: deque[Turn] = deque(maxlen=max(0, settings.memory_turns))
         self.summary = ""
         packages = settings.packages_dir or self.workspace.root / PRIVATE_DIR / "site-packages"

@@ -7,7 +7,6 @@ overlap (``--project``, ``--answer-timeout``, ``--max-rounds``, ``--timeout``,
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -117,7 +116,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-warm",
         action="store_true",
         help="import the model SDK on the first model call, not right after ready "
-        "(about 45 MB less for a sandbox that never runs; its first answer comes ~1 s later)",
+        "(about 17 MB less for a sandbox that never runs; its first answer comes ~0.2-0.5 s "
+        "later)",
+    )
+    serve.add_argument(
+        "--spare",
+        action="store_true",
+        help="start as a spare, before any conversation needs it: the SDK is imported at "
+        "once, and the environment of --secrets-fd (required) and the workspace come "
+        "with the handover op, not at start",
     )
     return parser
 
@@ -142,30 +149,20 @@ def keep_memory_private() -> bool:
         return False
 
 
-def read_secrets(fd: int) -> dict[str, str]:
-    """The JSON object of string variables the host writes to pipe ``fd`` (read to its end,
-    then closed). Put into ``os.environ`` they reach this process's own code, not its
-    initial environment block that ``/proc/<pid>/environ`` shows. Raises ``ValueError``
-    for anything but an object of strings."""
-    with os.fdopen(fd, "rb") as pipe:
-        data = json.loads(pipe.read() or b"{}")
-    if not isinstance(data, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in data.items()
-    ):
-        raise ValueError("the secrets pipe must hold a JSON object of strings")
-    return data
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run ``paw-agent``; ``serve`` ends the process itself (exit code 0)."""
     args = build_parser().parse_args(argv)
     if not keep_memory_private():
         print("paw-agent: could not make its memory private (prctl)", file=sys.stderr)
     from paw_agent.procs import become_subreaper
+    from paw_agent.secrets_pipe import read_secrets
 
     if not become_subreaper():
         print("paw-agent: could not become a child subreaper (prctl)", file=sys.stderr)
-    if args.secrets_fd is not None:
+    if args.spare and args.secrets_fd is None:
+        print("paw-agent: --spare needs --secrets-fd (read at the hand-over)", file=sys.stderr)
+        return 2
+    if args.secrets_fd is not None and not args.spare:
         try:
             os.environ.update(read_secrets(args.secrets_fd))
         except (OSError, ValueError) as exc:
@@ -201,7 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     except FileNotFoundError as exc:
         print(f"paw-agent: {exc}", file=sys.stderr)
         return 2
-    code = AgentServer(agent, LineWriter(protocol_fd)).serve()
+    spare_fd = args.secrets_fd if args.spare else None
+    code = AgentServer(agent, LineWriter(protocol_fd), spare_fd=spare_fd).serve()
     sys.stderr.flush()
     # Daemon threads may sit in blocking reads; leaving without interpreter teardown
     # avoids waiting on (or crashing in) them. Every line was written unbuffered.

@@ -174,17 +174,25 @@ class Knowledge:
         if self.embedding is None or not model or self.embedding[1] != model:
             return None
         import numpy as np
-        from openai import OpenAI, OpenAIError
 
+        from paw_agent.sdk import load_sdk
+
+        sdk = load_sdk()
         base_url, name, api_key = self.embedding
-        client = OpenAI(base_url=base_url, api_key=api_key, timeout=20.0, max_retries=1)
+        client = sdk.OpenAI(base_url=base_url, api_key=api_key, timeout=20.0, max_retries=1)
         try:
-            data = client.embeddings.create(model=name, input=[query]).data
-        except OpenAIError:
+            # The SDK's generic post, as for chat (paw_agent.model): floats, read as JSON.
+            response = client.post(
+                "/embeddings",
+                body={"model": name, "input": [query], "encoding_format": "float"},
+                cast_to=sdk.httpx.Response,
+            )
+            embedding = response.json()["data"][0]["embedding"]
+        except (sdk.OpenAIError, ValueError, LookupError, TypeError):
             return None
         finally:
             client.close()
-        vector = np.asarray(data[0].embedding, dtype=np.float32)
+        vector = np.asarray(embedding, dtype=np.float32)
         norm = float(np.linalg.norm(vector))
         return vector / norm if norm else None
 

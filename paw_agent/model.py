@@ -1,9 +1,9 @@
 """Model calls: OpenAI-compatible chat completions through the official ``openai`` SDK.
 
 Configured by ``OPENAI_BASE_URL``, ``OPENAI_API_KEY`` and ``OPENAI_MODEL`` (PROTOCOL.md).
-The SDK is imported after ``ready`` (``import openai`` takes ~0.5-1 s here and ``ready``
-must come within 0.2 s of spawn): on a background thread right after it
-(:meth:`ModelClient.warm`, the default), else on the first call. The SDK's own retries
+The SDK is loaded after ``ready`` (only the client's modules: :mod:`paw_agent.sdk`;
+still ~0.2 s here, and ``ready`` must come within 0.2 s of spawn): on a background
+thread right after it (:meth:`ModelClient.warm`, the default), else on the first call. The SDK's own retries
 are off: this module retries transient failures itself (connection errors, HTTP
 408/409/429/5xx, a stream dropped mid-way) with exponential backoff, honouring
 ``Retry-After`` (RFC 9110 §10.2.3), so every retry can be announced (``notify retry``)
@@ -25,6 +25,7 @@ from typing import Any
 
 from paw_agent.control import RunControl, Stopped
 from paw_agent.images import estimate_text
+from paw_agent.sdk import load_sdk
 
 # OpenAI's own convention for retryable statuses (openai-python ``_should_retry``).
 RETRYABLE_STATUSES = {408, 409, 429}
@@ -93,10 +94,9 @@ def _retry_after(headers: Any) -> float | None:
 
 def _classify(exc: BaseException) -> _Failure:
     """Whether ``exc`` from the SDK or the transport is worth a retry, and its code."""
-    import httpx
-    import openai
+    sdk = load_sdk()
 
-    if isinstance(exc, openai.APIStatusError):
+    if isinstance(exc, sdk.APIStatusError):
         status = exc.status_code
         detail = _error_detail(exc)
         if status in (401, 403):
@@ -111,9 +111,9 @@ def _classify(exc: BaseException) -> _Failure:
                 True, "unknown", f"HTTP {status}: {detail}", _retry_after(exc.response.headers)
             )
         return _Failure(False, "unknown", f"the model provider answered HTTP {status}: {detail}")
-    if isinstance(exc, openai.APIConnectionError | httpx.TransportError):
+    if isinstance(exc, sdk.APIConnectionError | sdk.httpx.TransportError):
         return _Failure(True, "unknown", f"connection to the model failed: {exc}")
-    if isinstance(exc, openai.OpenAIError):
+    if isinstance(exc, sdk.OpenAIError):
         message = str(exc)
         code = "auth" if "api_key" in message else "unknown"
         return _Failure(False, code, message)
@@ -168,34 +168,50 @@ class ModelClient:
         self.retry_base = retry_base
         self.request_timeout = request_timeout
         self._client: Any = None
+        self._http: Any = None
         self._raw: Any = None
         self._client_lock = threading.Lock()
         self._sockets: weakref.WeakSet[Any] = weakref.WeakSet()
         self._control: RunControl | None = None
 
-    def _build(self) -> None:
+    def _build(self, *, transport_only: bool = False) -> None:
         with self._client_lock:
             if self._client is not None:
                 return
-            import httpx
-            import openai
-
-            http = openai.DefaultHttpxClient(event_hooks={"request": [self._on_request]})
-            self._raw = httpx.Response
-            self._client = openai.OpenAI(
+            sdk = load_sdk()
+            if self._http is None:
+                # The HTTP client holds no endpoint or key, only the transport: its TLS
+                # context (tens of milliseconds to build) and the proxies of the
+                # environment (the isolated network's are the same for every sandbox).
+                self._http = sdk.DefaultHttpxClient(event_hooks={"request": [self._on_request]})
+                self._raw = sdk.httpx.Response
+            if transport_only:
+                return
+            self._client = sdk.OpenAI(
                 base_url=self.base_url,
                 api_key=self.api_key,
                 max_retries=0,
-                timeout=openai.Timeout(self.request_timeout, connect=10.0),
-                http_client=http,
+                timeout=sdk.Timeout(self.request_timeout, connect=10.0),
+                http_client=self._http,
             )
 
-    def warm(self) -> None:
+    def warm(self, *, transport_only: bool = False) -> None:
         """Build the client now (importing the SDK), on the calling thread; a failure is
         left for the first model call to report. A call that comes meanwhile waits for
-        this build instead of starting its own."""
+        this build instead of starting its own. ``transport_only``: import the SDK and
+        build the HTTP transport, not the client of an endpoint (a spare runtime, which
+        is given its endpoint and key at hand-over: :meth:`configure`)."""
         with contextlib.suppress(Exception):
-            self._build()
+            self._build(transport_only=transport_only)
+
+    def configure(self, *, model: str, base_url: str | None, api_key: str | None) -> None:
+        """Point the client at another endpoint, key and model (a spare runtime's
+        hand-over). The HTTP transport built by :meth:`warm` is kept; the SDK client is
+        built anew on the next :meth:`warm` or model call. Not during a call or a full
+        build; a transport-only :meth:`warm` may still be importing the SDK (it holds the
+        build's lock for that long, so this does not take it)."""
+        self.model, self.base_url, self.api_key = model, base_url, api_key
+        self._client = None
 
     def _sdk(self, control: RunControl) -> Any:
         """The ``openai.OpenAI`` client, built on first use (one per process, so HTTP

@@ -15,21 +15,36 @@ tool names the run may use), ``knowledge`` (``paw_agent.knowledge``), ``attachme
 ``paw_agent.images``) and ``vision`` (bool: the model accepts images; ``view_image`` is
 offered only then, and attachments with ``vision: false`` fail the run with code
 ``model_without_vision``); a malformed one is refused like a missing prompt.
+
+A *spare* (``paw-agent serve --spare --secrets-fd FD``) is started before anybody needs
+it, with nothing of a person: no endpoint, key, datasource or secret. It imports the SDK
+and builds its HTTP transport right after ``ready`` and refuses ``submit`` and
+``history`` until the ``handover`` op (capability ``handover``, offered by spares only):
+``{"op": "handover", "project": str, "answer_timeout"?: number, "op_id"?}``. Its
+environment variables (the provider's endpoint, key and model, the datasources, the
+person's secrets) are then read from the ``--secrets-fd`` pipe, as a normal start reads
+them, and ``project`` becomes the workspace. Nothing is written on success (a host
+follows it with a ``ping`` to know it is done); an ``error`` when the op is malformed,
+the process is no spare or was handed over already, or the pipe cannot be read. A spare
+is handed over once.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import signal
 import threading
+from pathlib import Path
 from typing import Any
 
 from paw_agent import procs
 from paw_agent.agent import Agent, Run, Turn
 from paw_agent.knowledge import Knowledge, KnowledgeError
 from paw_agent.protocol import CAPABILITIES, PROTOCOL_VERSION, LineWriter, RunStream
+from paw_agent.secrets_pipe import read_secrets
 
 DRAIN_TIMEOUT = 5.0  # s a stopping process waits for the active run's result
 REAP_EVERY = 5  # s between two collections of adopted processes' exit statuses
@@ -38,10 +53,15 @@ REAP_EVERY = 5  # s between two collections of adopted processes' exit statuses
 class AgentServer:
     """Serves ``agent`` over file descriptors ``stdin_fd`` (ops) and ``writer`` (lines)."""
 
-    def __init__(self, agent: Agent, writer: LineWriter, stdin_fd: int = 0) -> None:
+    def __init__(
+        self, agent: Agent, writer: LineWriter, stdin_fd: int = 0, *, spare_fd: int | None = None
+    ) -> None:
         self.agent = agent
         self.writer = writer
         self.stdin_fd = stdin_fd
+        #: A spare's secrets pipe, read at its hand-over (None: not a spare, or handed over).
+        self._spare_fd = spare_fd
+        self._awaiting_handover = spare_fd is not None
         self.run: Run | None = None
         self._run_thread: threading.Thread | None = None
         self._guard = threading.Lock()  # run start/finish vs. ops
@@ -61,14 +81,21 @@ class AgentServer:
                 "type": "ready",
                 "pid": os.getpid(),
                 "protocol_version": PROTOCOL_VERSION,
-                "capabilities": list(CAPABILITIES),
+                "capabilities": self.capabilities(),
             }
         )
         threading.Thread(target=self._read_ops, name="paw-agent-reader", daemon=True).start()
-        if self.agent.settings.warm:
+        if self.agent.settings.warm or self._awaiting_handover:
             # The SDK's import (~0.5-1 s of CPU) is paid now, while the host is still
-            # sending the first submit, instead of before the first model call.
-            warm = threading.Thread(target=self.agent.model.warm, name="paw-agent-warm", daemon=True)
+            # sending the first submit (or before a spare is needed at all), instead of
+            # before the first model call. A spare has no endpoint yet: only the
+            # transport is built.
+            warm = threading.Thread(
+                target=self.agent.model.warm,
+                kwargs={"transport_only": self._awaiting_handover},
+                name="paw-agent-warm",
+                daemon=True,
+            )
             warm.start()
         ticks = 0
         while not self._stop.wait(1.0):
@@ -78,6 +105,11 @@ class AgentServer:
         self._drain()
         self.agent.close()
         return 0
+
+    def capabilities(self) -> list[str]:
+        """What ``ready`` and ``hello`` offer: :data:`CAPABILITIES`, plus ``handover``
+        while this spare waits for its hand-over."""
+        return [*CAPABILITIES, *(("handover",) if self._awaiting_handover else ())]
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         # A second signal takes the default action (die now) instead of waiting on a drain.
@@ -143,8 +175,21 @@ class AgentServer:
 
     # -- ops ----------------------------------------------------------------------------
 
+    def _refuse_before_handover(self, op: dict[str, Any]) -> bool:
+        """Refuse ``op`` (an ``error``) when this spare was not handed over yet."""
+        if not self._awaiting_handover:
+            return False
+        self.writer.error(
+            "protocol",
+            f"{op['op']}: this spare runtime has not been handed over yet",
+            _op_id(op),
+        )
+        return True
+
     def op_submit(self, op: dict[str, Any]) -> None:
         """Start a run on its own thread; ``start`` acknowledges it."""
+        if self._refuse_before_handover(op):
+            return
         op_id = _op_id(op)
         run_id = str(op.get("run_id") or "")
         if not run_id:
@@ -290,7 +335,7 @@ class AgentServer:
         payload: dict[str, Any] = {
             "type": "hello",
             "protocol_version": PROTOCOL_VERSION,
-            "capabilities": list(CAPABILITIES),
+            "capabilities": self.capabilities(),
             "pid": os.getpid(),
         }
         if op_id is not None:
@@ -301,8 +346,50 @@ class AgentServer:
         """Stop reading; the main thread drains the active run and exits 0."""
         self._stop.set()
 
+    def op_handover(self, op: dict[str, Any]) -> None:
+        """Give a spare its conversation (capability ``handover``, see the module's
+        docstring): the variables of the secrets pipe join the environment, ``project``
+        becomes the workspace and ``answer_timeout`` (seconds) the questions' wait; the
+        model client (SDK imported, transport built) is kept and pointed at the new
+        endpoint. Silent on success."""
+        op_id = _op_id(op)
+        project = op.get("project")
+        if not isinstance(project, str) or not project.strip():
+            self.writer.error("protocol", 'handover requires "project": the workspace', op_id)
+            return
+        answer_timeout = op.get("answer_timeout", self.agent.settings.answer_timeout)
+        if isinstance(answer_timeout, bool) or not isinstance(answer_timeout, int | float):
+            self.writer.error("protocol", "handover's answer_timeout must be seconds", op_id)
+            return
+        with self._guard:
+            fd, self._spare_fd = self._spare_fd, None
+            if fd is None:
+                self.writer.error(
+                    "protocol",
+                    "handover: this runtime is no spare (--spare) or was handed over already",
+                    op_id,
+                )
+                return
+            try:
+                os.environ.update(read_secrets(fd))
+                settings = dataclasses.replace(
+                    self.agent.settings,
+                    project=Path(project),
+                    answer_timeout=max(0.0, float(answer_timeout)),
+                )
+                agent = Agent(settings, os.environ, model=self.agent.model)
+                os.chdir(agent.workspace.root)
+            except (OSError, ValueError) as exc:
+                self.writer.error("protocol", f"handover failed: {exc}", op_id)
+                return
+            self.agent = agent
+            self._awaiting_handover = False
+        threading.Thread(target=agent.model.warm, name="paw-agent-warm", daemon=True).start()
+
     def op_history(self, op: dict[str, Any]) -> None:
         """Seed the memory with earlier turns (paw-agent's ``history`` capability)."""
+        if self._refuse_before_handover(op):
+            return
         op_id = _op_id(op)
         turns = op.get("turns")
         if not isinstance(turns, list) or not all(

@@ -95,11 +95,19 @@ RUN_FIRST_TOKEN = Histogram(
 
 # --- sandboxes (worker nodes) ----------------------------------------------------------------
 
-SANDBOX_STATES = ("starting", "idle", "busy", "stopping")
+SANDBOX_STATES = ("starting", "idle", "busy", "stopping", "spare")
 SANDBOX_SPAWNS = Counter(
     "paw_sandbox_spawns",
-    "Runtime processes started on this node, by result (ok: it said ready; failed).",
+    "Sandboxes started for conversations on this node, spawned or handed over from the "
+    "spares, by result (ok: it said ready or took its hand-over; failed).",
     ["node", "result"],
+)
+SANDBOX_SPARES = Counter(
+    "paw_sandbox_spares",
+    "Spare runtimes of this node (PAW_SANDBOX_SPARES), by event: started (it said ready), "
+    "failed (it did not), handed_over (to a new conversation), died (it exited while "
+    "waiting).",
+    ["node", "event"],
 )
 SANDBOX_CRASHES = Counter(
     "paw_sandbox_crashes", "Runtime processes that exited without PAW stopping them.", ["node"]
@@ -208,6 +216,11 @@ def run_first_token(*, queued_at: float, arrived: float) -> None:
 def sandbox_spawned(*, node: str, ok: bool) -> None:
     """A runtime process said ready (``ok``) or could not be started."""
     SANDBOX_SPAWNS.labels(node=node, result="ok" if ok else "failed").inc()
+
+
+def sandbox_spare(*, node: str, event: str) -> None:
+    """Something happened to a spare: ``started``, ``failed``, ``handed_over``, ``died``."""
+    SANDBOX_SPARES.labels(node=node, event=event).inc()
 
 
 def sandbox_crashed(*, node: str) -> None:

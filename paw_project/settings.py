@@ -318,6 +318,11 @@ PAW_SANDBOX_PACKAGE_INDEX = env.str(
 PAW_SANDBOX_READY_TIMEOUT = env.float("PAW_SANDBOX_READY_TIMEOUT", default=20.0)
 PAW_SANDBOX_TTL_SECONDS = env.int("PAW_SANDBOX_TTL_SECONDS", default=300)
 PAW_MAX_SANDBOXES_PER_NODE = env.int("PAW_MAX_SANDBOXES_PER_NODE", default=50)
+# Ready paw-agent processes each node keeps for new conversations (0: none); they count
+# against PAW_MAX_SANDBOXES_PER_NODE. Only with paw-agent (PAW_HARNESS_CMD).
+PAW_SANDBOX_SPARES = env.int("PAW_SANDBOX_SPARES", default=1)
+if PAW_SANDBOX_SPARES < 0:
+    raise ImproperlyConfigured(f"PAW_SANDBOX_SPARES={PAW_SANDBOX_SPARES}: use 0 or more.")
 PAW_SANDBOX_CPU_SECONDS = env.int("PAW_SANDBOX_CPU_SECONDS", default=3600)
 PAW_SANDBOX_MEMORY_MB = env.int("PAW_SANDBOX_MEMORY_MB", default=4096)
 PAW_SANDBOX_FILE_MB = env.int("PAW_SANDBOX_FILE_MB", default=1024)

@@ -129,11 +129,10 @@ def _real_folder(path: Path) -> None:
     path.mkdir(mode=0o700, exist_ok=True)
 
 
-def sandbox_dirs(workspace: Path) -> dict[str, Path]:
-    """The private folders of a sandbox inside its workspace, created if missing, one
-    level at a time and never through a symlink (the workspace is the agent's to change)."""
+def _private_folders(workspace: Path) -> dict[str, Path]:
+    """Where a sandbox's private folders are inside ``workspace`` (nothing is created)."""
     private = workspace / PRIVATE_DIR
-    dirs = {
+    return {
         "home": private / "home",
         "tmp": private / "tmp",
         # Written by PAW only (read-only in the jail): knowledge indexes, runtime config.
@@ -144,11 +143,38 @@ def sandbox_dirs(workspace: Path) -> dict[str, Path]:
         "cache": private / "home" / ".cache",
         "state": private / "home" / ".local" / "state",
     }
+
+
+def sandbox_dirs(workspace: Path) -> dict[str, Path]:
+    """The private folders of a sandbox inside its workspace, created if missing, one
+    level at a time and never through a symlink (the workspace is the agent's to change)."""
+    dirs = _private_folders(workspace)
     for path in dirs.values():
         parts = path.relative_to(workspace).parts
         for depth in range(1, len(parts) + 1):
             _real_folder(workspace.joinpath(*parts[:depth]))
     return dirs
+
+
+def _folder_variables(dirs: dict[str, Path]) -> dict[str, str]:
+    """HOME, XDG_* and TMPDIR naming the private folders ``dirs``."""
+    return {
+        "HOME": str(dirs["home"]),
+        "XDG_DATA_HOME": str(dirs["data"]),
+        "XDG_CONFIG_HOME": str(dirs["config"]),
+        "XDG_CACHE_HOME": str(dirs["cache"]),
+        "XDG_STATE_HOME": str(dirs["state"]),
+        "TMPDIR": str(dirs["tmp"]),
+    }
+
+
+def handover_variables(spec: SandboxSpec, *, seen_as: Path) -> dict[str, str]:
+    """What a spare is given at its hand-over to ``spec``'s conversation, through its
+    secrets pipe: ``spec.env`` (the provider's endpoint, key and model, the datasources,
+    the person's secrets) and the private folders' variables for the workspace at
+    ``seen_as``, the path the runtime sees it at (in a jail, the spare's own folder,
+    bound there before it was renamed; without one, the conversation's folder)."""
+    return {**_folder_variables(_private_folders(seen_as)), **spec.env}
 
 
 def build_environment(spec: SandboxSpec, *, sandbox_id: str) -> dict[str, str]:
@@ -163,12 +189,7 @@ def build_environment(spec: SandboxSpec, *, sandbox_id: str) -> dict[str, str]:
         "PATH": _search_path(),
         "LANG": "C.UTF-8",
         "LC_ALL": "C.UTF-8",
-        "HOME": str(dirs["home"]),
-        "XDG_DATA_HOME": str(dirs["data"]),
-        "XDG_CONFIG_HOME": str(dirs["config"]),
-        "XDG_CACHE_HOME": str(dirs["cache"]),
-        "XDG_STATE_HOME": str(dirs["state"]),
-        "TMPDIR": str(dirs["tmp"]),
+        **_folder_variables(dirs),
         "NO_PROXY": "127.0.0.1,localhost,::1",
         "no_proxy": "127.0.0.1,localhost,::1",
         "PYTHONUNBUFFERED": "1",
@@ -270,10 +291,9 @@ def runtime_flags(spec: SandboxSpec) -> list[str]:
     The runtime's own answer timeout is a backstop behind PAW's approval deadline (the
     conversation's), and its wall clock matches PAW's run limit.
     """
-    answer_timeout = spec.answer_timeout or settings.PAW_APPROVAL_TIMEOUT_SECONDS
     flags = [
         "--project", str(spec.workspace),
-        "--answer-timeout", str(answer_timeout + 60),
+        "--answer-timeout", str(runtime_answer_timeout(spec)),
         "--timeout", str(settings.PAW_RUN_TIMEOUT_SECONDS),
         "--max-rounds", str(settings.PAW_RUN_MAX_ROUNDS),
     ]  # fmt: skip
@@ -295,6 +315,13 @@ def runtime_flags(spec: SandboxSpec) -> list[str]:
         host_file_put(spec.workspace, (), HARNESS_CONFIG, json.dumps(body).encode())
         flags += ["--config", str(config)]
     return flags
+
+
+def runtime_answer_timeout(spec: SandboxSpec) -> int:
+    """Seconds the runtime lets a question wait (``--answer-timeout``, or a spare's
+    hand-over): a backstop a minute behind PAW's own approval deadline, the
+    conversation's or the server's default."""
+    return (spec.answer_timeout or settings.PAW_APPROVAL_TIMEOUT_SECONDS) + 60
 
 
 def resource_limits() -> list[str]:
@@ -524,21 +551,26 @@ def build_command(
     network: NetworkPlan | None = None,
     network_folder: Path | None = None,
     stdio_fds: tuple[int, int] | None = None,
+    spare: bool = False,
 ) -> list[str]:
     """The full argv: limits, then bubblewrap (its own PID namespace) or the keeper
     (:func:`keeper_prefix`), then the runtime with its flags (``--secrets-fd`` when its
     secret variables come through that pipe). With ``network`` and ``network_folder``
     (isolated network, bubblewrap only) the jail has its own network namespace and the
     relay (``sandboxes/jail_relay.py``) starts the runtime. With ``stdio_fds`` (bubblewrap
-    only) the runtime's stdin and stdout are those descriptors (:func:`stdio_prefix`)."""
+    only) the runtime's stdin and stdout are those descriptors (:func:`stdio_prefix`).
+    ``spare``: a spare paw-agent (``--spare``, its relay with the spare's forward ports),
+    ``spec`` then being the spare's own (its folder, no variables)."""
     argv = [*runtime_argv(), *runtime_flags(spec)]
     if secrets_fd is not None:
         argv += ["--secrets-fd", str(secrets_fd)]
+    if spare:
+        argv += ["--spare"]
     if isolation_mode() == "bwrap":
         if stdio_fds is not None:
             argv = [*stdio_prefix(stdio_fds), *argv]
         if network is not None and network_folder is not None:
-            argv = [*relay_prefix(network), *argv]
+            argv = [*relay_prefix(network, spare=spare), *argv]
         else:
             network_folder = None
         argv = [*bwrap_prefix(spec.workspace, spec.env, network_folder=network_folder), *argv]

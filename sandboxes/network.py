@@ -326,12 +326,34 @@ def network_plan(env: dict[str, str]) -> NetworkPlan:
     return NetworkPlan(policy=policy, forwards=tuple(forwards), env=rewritten)
 
 
-def relay_prefix(plan: NetworkPlan) -> list[str]:
-    """The relay's command inside the jail (before the runtime's argv)."""
+#: The TCP forwards a spare's relay binds (``FIRST_FORWARD_PORT`` on): a run whose plan
+#: needs more is not given a spare.
+SPARE_FORWARD_PORTS = 16
+
+
+def spare_plan() -> NetworkPlan:
+    """The plan of a spare sandbox before its hand-over: nothing allowed (no endpoint, no
+    pattern, not even ``PAW_SANDBOX_ALLOWED_HOSTS``), no forward; its ``env`` has the
+    proxy variables, which are the same for every sandbox, so that the runtime's HTTP
+    transport can be built before the hand-over."""
+    proxy = f"http://127.0.0.1:{PROXY_PORT}"
+    names = ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY")
+    return NetworkPlan(
+        policy=NetworkPolicy(), env={n: proxy for name in names for n in (name, name.lower())}
+    )
+
+
+def relay_prefix(plan: NetworkPlan, *, spare: bool = False) -> list[str]:
+    """The relay's command inside the jail (before the runtime's argv). ``spare``: the
+    relay binds :data:`SPARE_FORWARD_PORTS` forward ports whose destinations the node
+    takes from the plan the sandbox has when a connection comes (its hand-over's)."""
     args = [sys.executable, "-I", "-S", f"{JAIL_DIR}/jail_relay.py"]
     args += ["--socket", f"{JAIL_DIR}/{SOCKET_NAME}", "--proxy", str(PROXY_PORT)]
     for item in plan.forwards:
         args += ["--forward", item.relay_arg()]
+    if spare:
+        last = FIRST_FORWARD_PORT + SPARE_FORWARD_PORTS - 1
+        args += ["--ports", f"{FIRST_FORWARD_PORT}-{last}"]
     return [*args, "--"]
 
 
@@ -397,7 +419,8 @@ class SandboxNetwork:
 
     ``on_refused(destination, reason)`` is called (from a helper thread, never the loop)
     for each refused destination. ``start()`` returns the folder; ``close()`` ends the
-    server and removes the folder (never raises)."""
+    server and removes the folder (never raises). ``plan`` is read for each new
+    connection: a spare's is replaced at its hand-over (:func:`spare_plan` before)."""
 
     def __init__(self, plan: NetworkPlan, on_refused: Callable[[str, str], None]) -> None:
         self.plan = plan
@@ -448,6 +471,8 @@ class SandboxNetwork:
             preface = (await asyncio.wait_for(reader.readline(), 30)).decode("latin-1").split()
             if len(preface) == 3 and preface[0] == "TCP":
                 await self._tcp(preface[1], int(preface[2]), reader, writer)
+            elif len(preface) == 2 and preface[0] == "PORT":
+                await self._port(int(preface[1]), reader, writer)
             elif preface == ["PROXY"]:
                 await self._proxy(reader, writer)
             else:
@@ -489,6 +514,17 @@ class SandboxNetwork:
             except (TimeoutError, OSError) as exc:
                 last = exc
         return f"{host}:{port}: cannot connect ({last or 'no address'})"
+
+    async def _port(self, local_port: int, reader, writer) -> None:
+        """A connection to the relay's ``local_port`` (a spare's relay says only that):
+        the destination of that port in the plan the sandbox has now, checked like any."""
+        for item in self.plan.forwards:
+            if item.local_port == local_port:
+                return await self._tcp(item.host, item.port, reader, writer)
+        reason = f"nothing is forwarded on port {local_port} for this run"
+        loop = asyncio.get_running_loop()
+        loop.run_in_executor(None, self.on_refused, f"127.0.0.1:{local_port}", reason)
+        await _answer_and_close(reader, writer, f"paw: {reason}\n".encode())
 
     async def _tcp(self, host: str, port: int, reader, writer) -> None:
         opened = await self._open(host, port)

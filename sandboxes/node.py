@@ -39,6 +39,7 @@ from sandboxes.pool import (
     SandboxProcess,
     get_pool,
 )
+from sandboxes.spares import SpareKeeper
 
 logger = logging.getLogger(__name__)
 
@@ -48,19 +49,22 @@ MONITOR_INTERVAL = 0.5
 SANDBOX_STOP_GRACE = 3.0
 #: Seconds a stopping node waits at most for its pipeline to store what was read.
 PIPELINE_DRAIN_SECONDS = 10.0
-#: Seconds a node's stop can take at most: its sandboxes stopped in parallel (five
-#: ``SANDBOX_STOP_GRACE`` waits), the pipeline drained and stopped (three waits), the
+#: Seconds a node's stop can take at most: its sandboxes and spares stopped in parallel
+#: (five ``SANDBOX_STOP_GRACE`` waits), the pipeline drained and stopped (three waits), the
 #: monitor's end. A service manager's stop timeout for a worker must be longer, plus the
-#: running tasks Celery lets finish first (see deploy/systemd/paw-worker.service).
+#: running tasks Celery lets finish first (see deploy/systemd/paw-worker.service). (The
+#: spares' refill thread, if it is starting one right then, ends as soon as that one is
+#: stopped.)
 STOP_SECONDS_MAX = 5 * SANDBOX_STOP_GRACE + 3 * PIPELINE_DRAIN_SECONDS + 5.0
 
 
 class Node:
-    """This process's node: name, pool, pipeline, monitor."""
+    """This process's node: name, pool, spares, pipeline, monitor."""
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.pool: SandboxPool = get_pool()
+        self.spares = SpareKeeper(name, self.pool)
         self.pipeline = EventPipeline(node=name)
         self.pipeline.on_exit(self._forget)
         self._stop = threading.Event()
@@ -89,6 +93,7 @@ class Node:
         )
         self._recover(reason="the worker restarted during the run")
         self.pipeline.start()
+        self.spares.start()
         self._monitor = threading.Thread(
             target=self._monitor_loop, name="sandbox-monitor", daemon=True
         )
@@ -105,8 +110,9 @@ class Node:
             run_services.run_fail(run_id=run_id, code="worker_lost", message=reason)
 
     def stop(self, *, grace: float = SANDBOX_STOP_GRACE) -> None:
-        """Shut every sandbox down (their runs end ``error``: the worker stopped), store
-        what they wrote, and mark the node stopped. No runtime process survives."""
+        """Shut every sandbox and spare down (their runs end ``error``: the worker
+        stopped), store what they wrote, and mark the node stopped. No runtime process
+        survives."""
         self._stop.set()
         sandboxes = self.pool.all()
         for sandbox in sandboxes:
@@ -116,12 +122,13 @@ class Node:
                 )
         threads = [
             threading.Thread(target=sandbox.stop, kwargs={"grace": grace}, name="sandbox-stop")
-            for sandbox in sandboxes
+            for sandbox in [*sandboxes, *self.spares.halt()]
         ]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join(grace * 4)
+        self.spares.join(grace=grace)
         self.pipeline.drain(timeout=PIPELINE_DRAIN_SECONDS)
         self.pipeline.stop(timeout=PIPELINE_DRAIN_SECONDS)
         if self._monitor is not None:

@@ -33,13 +33,15 @@ from sandboxes.launch import (
     SandboxSpec,
     build_command,
     build_environment,
+    handover_variables,
     isolation_mode,
     network_mode,
     private_variables,
+    runtime_answer_timeout,
     runtime_kind,
     takes_secrets_fd,
 )
-from sandboxes.network import SandboxNetwork, network_plan
+from sandboxes.network import NetworkPlan, SandboxNetwork, network_plan, spare_plan
 from secrets_vault.masking import StreamMasker, mask_secrets
 
 logger = logging.getLogger(__name__)
@@ -55,6 +57,8 @@ CANCEL_RESEND_SECONDS = 1.0
 KEEPER_KILL_SECONDS = 2.0
 #: PROTOCOL.md: ``result`` is written a moment before the next submit is accepted.
 SUBMIT_RETRY_DELAY = 0.05
+#: Seconds a spare gets to take its hand-over (the op is answered at once).
+HANDOVER_TIMEOUT = 10.0
 
 
 class SandboxError(Exception):
@@ -199,6 +203,11 @@ class SandboxProcess:
     ``sandbox_id`` is the ``Sandbox`` row's id; ``active`` the run being executed (an
     :class:`ActiveRun`, set before its submit is written, closed when its ``result`` is
     read or the process exits); ``last_run`` the one before.
+
+    ``spare``: a paw-agent started before any conversation needs it (``sandboxes/
+    spares.py``): ``spec`` is then the spare's own (its folder, no variables), its network
+    allows nothing, its secrets pipe stays open, and :meth:`hand_over` later makes it a
+    conversation's sandbox, once.
     """
 
     def __init__(
@@ -208,8 +217,14 @@ class SandboxProcess:
         spec: SandboxSpec,
         sink: Callable[..., None],
         on_network_refused: Callable[[SandboxProcess, str, str], None] | None = None,
+        spare: bool = False,
     ) -> None:
         self.sandbox_id = sandbox_id
+        self.spare = spare
+        #: The folder the runtime was started in (a spare's stays its path in the jail).
+        self.started_in = spec.workspace
+        self._secrets_writer: int | None = None  # a spare's, written at its hand-over
+        self._start_lock = threading.Lock()
         #: The node-side forwarder of an isolated network (``PAW_SANDBOX_NETWORK``).
         self.network: SandboxNetwork | None = None
         self._on_network_refused = on_network_refused
@@ -246,7 +261,14 @@ class SandboxProcess:
         return self.process.pid if self.process else None
 
     def start(self) -> None:
-        """Start the process and its reader threads (returns at once; see ``wait_ready``)."""
+        """Start the process and its reader threads (returns at once; see ``wait_ready``).
+        A sandbox stopped before it started is not started."""
+        with self._start_lock:
+            if self.stopping:
+                return
+            self._start()
+
+    def _start(self) -> None:
         env = build_environment(self.spec, sandbox_id=str(self.sandbox_id))
         secrets_fd, private = None, {}
         if takes_secrets_fd():
@@ -254,9 +276,11 @@ class SandboxProcess:
             for name in private:
                 del env[name]
             secrets_fd, writer = os.pipe()
+        elif self.spare:
+            raise SandboxError("only paw-agent can be a spare", code="sandbox_start")
         plan, folder = None, None
         if network_mode() == "isolated":
-            plan = network_plan({**env, **private})
+            plan = spare_plan() if self.spare else network_plan({**env, **private})
             for name, value in plan.env.items():
                 (private if name in private else env)[name] = value
             self.network = SandboxNetwork(plan, self._network_refused)
@@ -270,7 +294,7 @@ class SandboxProcess:
         jail_ends = tuple(fd for fd in (ops_reader, lines_writer) if fd is not None)
         self.command = build_command(
             self.spec, secrets_fd=secrets_fd, network=plan, network_folder=folder,
-            stdio_fds=jail_ends or None,
+            stdio_fds=jail_ends or None, spare=self.spare,
         )  # fmt: skip
         self.kind = runtime_kind()
         try:
@@ -288,7 +312,7 @@ class SandboxProcess:
         except BaseException:
             if self.network is not None:
                 self.network.close()
-            for fd in (ops_writer, lines_reader):
+            for fd in (ops_writer, lines_reader, writer if secrets_fd is not None else None):
                 if fd is not None:
                     os.close(fd)
             raise
@@ -300,7 +324,9 @@ class SandboxProcess:
         if jail_ends:  # the host's ends, as Popen would have made them (unbuffered)
             self.process.stdin = open(ops_writer, "wb", buffering=0)  # noqa: SIM115
             self.process.stdout = open(lines_reader, "rb", buffering=0)  # noqa: SIM115
-        if secrets_fd is not None:
+        if secrets_fd is not None and self.spare:
+            self._secrets_writer = writer  # a spare learns its variables at its hand-over
+        elif secrets_fd is not None:
             # Written from a thread: a pipe holds 64 KiB, and the runtime reads it at start.
             threading.Thread(
                 target=_write_and_close, args=(writer, json.dumps(private).encode()), daemon=True
@@ -311,6 +337,65 @@ class SandboxProcess:
             )
             thread.start()
             self._threads.append(thread)
+
+    def hand_over(
+        self,
+        spec: SandboxSpec,
+        *,
+        sink: Callable[..., None],
+        on_network_refused: Callable[[SandboxProcess, str, str], None] | None,
+        plan: NetworkPlan | None = None,
+    ) -> None:
+        """Make this spare (ready) the sandbox of ``spec``'s conversation, whose workspace
+        its folder has just become: from now on its lines go to ``sink`` and its refused
+        destinations to ``on_network_refused``; its forwarder follows ``plan`` (the
+        run's :func:`~sandboxes.network.network_plan`, required with an isolated
+        network); the runtime reads ``spec``'s variables from its secrets pipe (never its
+        argv or environment) and takes the workspace (``handover`` op), which a ``ping``
+        confirms. Raises :class:`SandboxError` when the runtime refuses, exits or does not
+        answer within ``HANDOVER_TIMEOUT`` seconds (the caller kills it)."""
+        writer, self._secrets_writer = self._secrets_writer, None
+        if not self.spare or writer is None:
+            raise SandboxError("this sandbox is no spare", code="sandbox")
+        self.spare = False
+        # Without a jail the runtime sees the renamed folder; in one, the path it was
+        # bound at.
+        seen_as = spec.workspace if self.kept else self.started_in
+        variables = handover_variables(spec, seen_as=seen_as)
+        if self.network is not None:
+            if plan is None:
+                raise SandboxError("a spare's hand-over needs its network plan", code="sandbox")
+            variables.update(plan.env)
+            self.network.plan = plan
+        self.spec = spec
+        self.conversation_id = uuid.UUID(spec.conversation_id)
+        self.fingerprint = spec.fingerprint
+        self._on_network_refused = on_network_refused
+        self._sink = sink
+        threading.Thread(
+            target=_write_and_close, args=(writer, json.dumps(variables).encode()), daemon=True
+        ).start()
+        handover, ping = _Waiter(), _Waiter()
+        handover_id, ping_id = protocol.new_op_id("handover"), protocol.new_op_id("ping")
+        self._waiters.update({handover_id: handover, ping_id: ping})
+        self.quiet_refusals(handover_id)  # a refusal fails the hand-over; it is no event
+        try:
+            self.send(
+                "handover",
+                op_id=handover_id,
+                project=str(seen_as),
+                answer_timeout=runtime_answer_timeout(spec),
+            )
+            self.send("ping", op_id=ping_id)  # answered once the hand-over is done
+            if not ping.event.wait(HANDOVER_TIMEOUT) and not self.exited.is_set():
+                raise SandboxError("the spare did not take its hand-over", code="sandbox")
+        finally:
+            self._waiters.pop(handover_id, None)
+            self._waiters.pop(ping_id, None)
+        if handover.error is not None:
+            raise SandboxError(f"the spare refused its hand-over: {handover.error}")
+        if self.exited.is_set():
+            raise SandboxError("the spare exited at its hand-over", code="sandbox_exited")
 
     def open_package_index(self) -> bool:
         """Allow the package index (an approved ``install_package`` is about to run) until
@@ -381,8 +466,9 @@ class SandboxProcess:
         """Stop the process: ``shutdown`` op, then SIGTERM, then SIGKILL of its process
         group; finally every process still carrying this sandbox's marker is killed (tools
         that moved to another process group). Never raises."""
-        self.stopping = True
-        process = self.process
+        with self._start_lock:  # a sandbox stopped while it starts: after its start
+            self.stopping = True
+            process = self.process
         if process is None:
             return
         if process.poll() is None:
@@ -403,7 +489,8 @@ class SandboxProcess:
 
     def kill(self) -> None:
         """Kill the whole sandbox at once (no grace)."""
-        self.stopping = True
+        with self._start_lock:
+            self.stopping = True
         self._kill_tree()
         kill_marked_processes(str(self.sandbox_id))
 
@@ -524,12 +611,12 @@ class SandboxProcess:
 
     # --- ops ----------------------------------------------------------------------------
 
-    def send(self, op: str, **fields: Any) -> str:
-        """Write one op (with a fresh ``op_id``); returns the op_id.
+    def send(self, op: str, *, op_id: str | None = None, **fields: Any) -> str:
+        """Write one op (with ``op_id``, else a fresh one); returns the op_id.
 
         Raises :class:`SandboxError` when the process is gone.
         """
-        op_id = protocol.new_op_id(op)
+        op_id = op_id or protocol.new_op_id(op)
         data = protocol.encode_op(op, op_id=op_id, **fields)
         with self._write_lock:
             if self.process is None or self.process.stdin is None:
@@ -679,14 +766,16 @@ class SandboxProcess:
                 self._ready.set()
             return []
         if isinstance(line, protocol.ControlLine):
+            waiter = self._waiters.get(line.op_id or "")
             if line.type == "error":
-                if line.op_id and line.op_id in self._quiet:
-                    return []
-                waiter = self._waiters.get(line.op_id or "")
                 if waiter is not None:
                     waiter.error = line.message or line.error_code or "refused"
                     waiter.event.set()
+                if line.op_id and line.op_id in self._quiet:
+                    return []
                 return [ReadEntry(run=self.active, line=line)]
+            if line.type == "pong" and waiter is not None:
+                waiter.event.set()
             return []  # pong, hello: answers to our own probes
         run = self.active
         run_id = run.run_id if run is not None else None
@@ -804,11 +893,21 @@ def kill_marked_processes(marker: str) -> int:
 
 
 class SandboxPool:
-    """The live sandboxes of this node, by conversation id."""
+    """The live sandboxes of this node, by conversation id, and its spares.
+
+    Room: ``occupied()`` counts every runtime process the node has or is about to have —
+    the conversations' sandboxes, the spares (starting or ready) and the slots reserved
+    for a sandbox being spawned or handed over — which ``PAW_MAX_SANDBOXES_PER_NODE``
+    bounds. Decisions about room are taken under ``capacity`` (one at a time per node).
+    """
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
         self._sandboxes: dict[uuid.UUID, SandboxProcess] = {}
+        self._spares: list[SandboxProcess] = []
+        self._reserved = 0
+        #: Held while deciding whether one more process fits (``sandboxes.services``).
+        self.capacity = threading.Lock()
         # One spawn at a time per conversation.
         self._conversation_locks: dict[uuid.UUID, threading.Lock] = collections.defaultdict(
             threading.Lock
@@ -823,9 +922,13 @@ class SandboxPool:
             sandbox = self._sandboxes.get(conversation_id)
         return sandbox if sandbox is not None and sandbox.alive() and not sandbox.stopping else None
 
-    def add(self, sandbox: SandboxProcess) -> None:
+    def add(self, sandbox: SandboxProcess, *, reserved: bool = False) -> None:
+        """Count ``sandbox`` as its conversation's; ``reserved``: it takes the slot
+        :meth:`reserve` (or :meth:`spare_take`) held for it."""
         with self._lock:
             self._sandboxes[sandbox.conversation_id] = sandbox
+            if reserved:
+                self._reserved -= 1
 
     def discard(self, sandbox: SandboxProcess) -> None:
         with self._lock:
@@ -833,6 +936,7 @@ class SandboxPool:
                 del self._sandboxes[sandbox.conversation_id]
 
     def all(self) -> list[SandboxProcess]:
+        """The conversations' sandboxes (not the spares)."""
         with self._lock:
             return list(self._sandboxes.values())
 
@@ -847,12 +951,70 @@ class SandboxPool:
         with self._lock:
             return len(self._sandboxes)
 
+    # --- room ---------------------------------------------------------------------------
+
+    def occupied(self) -> int:
+        """Runtime processes this node has or holds a slot for: conversations' sandboxes,
+        spares, reserved slots."""
+        with self._lock:
+            return len(self._sandboxes) + len(self._spares) + self._reserved
+
+    def reserve(self) -> None:
+        """Hold a slot for a sandbox about to be spawned (``add(..., reserved=True)`` or
+        :meth:`release` gives it back). Call under ``capacity``, after checking room."""
+        with self._lock:
+            self._reserved += 1
+
+    def release(self) -> None:
+        """Give back a slot held by :meth:`reserve` or :meth:`spare_take` (nothing came
+        of it)."""
+        with self._lock:
+            self._reserved -= 1
+
+    # --- spares -------------------------------------------------------------------------
+
+    def spares(self) -> list[SandboxProcess]:
+        """The spares, starting or ready, oldest first."""
+        with self._lock:
+            return list(self._spares)
+
+    def spare_add(self, spare: SandboxProcess) -> None:
+        """Count a new spare (call under ``capacity``, after checking room)."""
+        with self._lock:
+            self._spares.append(spare)
+
+    def spare_take(self) -> SandboxProcess | None:
+        """The oldest spare (the likeliest to be ready), no longer a spare: its slot is
+        held as reserved until ``add(..., reserved=True)``, :meth:`spare_return` or
+        :meth:`release`. ``None`` when there is none."""
+        with self._lock:
+            if not self._spares:
+                return None
+            self._reserved += 1
+            return self._spares.pop(0)
+
+    def spare_return(self, spare: SandboxProcess) -> None:
+        """Put back a spare :meth:`spare_take` gave, untouched (it was not handed over)."""
+        with self._lock:
+            self._spares.insert(0, spare)
+            self._reserved -= 1
+
+    def spare_discard(self, spare: SandboxProcess) -> bool:
+        """Forget a spare (it exited, or is retired); whether it was one."""
+        with self._lock:
+            if spare in self._spares:
+                self._spares.remove(spare)
+                return True
+            return False
+
     def state_counts(self) -> dict[str, int]:
         """How many live sandboxes are in each state: ``starting`` (not ready yet),
-        ``idle``, ``busy`` (a run), ``stopping``."""
+        ``idle``, ``busy`` (a run), ``stopping``, and ``spare`` (waiting for a new
+        conversation, starting or ready)."""
         counts = dict.fromkeys(("starting", "idle", "busy", "stopping"), 0)
         for sandbox in self.all():
             counts[sandbox.state] += 1
+        counts["spare"] = len(self.spares())
         return counts
 
 

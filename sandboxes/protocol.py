@@ -211,7 +211,7 @@ def encode_op(op: str, **fields: Any) -> bytes:
 
     ``None`` fields are left out. Raises ``ValueError`` for an unknown op name.
     """
-    if op not in {"submit", "answer", "cancel", "ping", "hello", "shutdown", "history"}:
+    if op not in {"submit", "answer", "cancel", "ping", "hello", "shutdown", "history", "handover"}:
         raise ValueError(f"unknown op {op!r}")
     body = {"op": op, **{k: v for k, v in fields.items() if v is not None}}
     return (json.dumps(body, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")

@@ -25,7 +25,7 @@ from conversations.selectors import runs as run_selectors
 from conversations.selectors.conversations import approval_timeout_of
 from conversations.services import events as event_services
 from conversations.services import runs as run_services
-from conversations.services.workspaces import workspace_ensure, workspace_remove
+from conversations.services.workspaces import workspace_adopt, workspace_ensure, workspace_remove
 from paw_project import metrics
 from paw_project.errors import DomainError
 from sandboxes.enqueue import run_execute_enqueue, sandbox_stop_enqueue
@@ -35,9 +35,13 @@ from sandboxes.launch import (
     host_file_put,
     host_file_remove,
     host_files,
+    isolation_mode,
     memory_exchanges,
+    network_mode,
+    sqlite_datasource_binds,
 )
 from sandboxes.models import Sandbox, WorkerNode
+from sandboxes.network import SPARE_FORWARD_PORTS, network_plan
 from sandboxes.node import Node, current_node
 from sandboxes.pool import SandboxError, SandboxProcess, ready_timeout
 from sandboxes.selectors import lost_node_names, stopped_node_names
@@ -215,38 +219,42 @@ def _sandbox_for(node: Node, run: Any, spec: SandboxSpec) -> SandboxProcess:
     if sandbox is not None and run.replaces_id is not None:
         sandbox = _memory_reseed(node, sandbox, run_id=run.id)
     if sandbox is None:
+        sandbox = sandbox_handover(node, spec, exclude_run=run.id)
+    if sandbox is None:
         sandbox = sandbox_spawn(node, spec, exclude_run=run.id)
     return sandbox
 
 
 def _make_room(node: Node) -> None:
-    """Evict least recently used idle sandboxes until one more fits on this node."""
-    while len(node.pool) >= settings.PAW_MAX_SANDBOXES_PER_NODE:
-        idle = node.pool.idle_lru()
-        if not idle:
-            raise SandboxError(
-                f"this node already runs {settings.PAW_MAX_SANDBOXES_PER_NODE} busy sandboxes; try again shortly",
-                code="capacity",
-            )
-        victim = idle[0]
-        logger.info("evicting idle sandbox %s (least recently used)", victim.sandbox_id)
-        metrics.sandbox_evicted(node=node.name)
-        victim.stop()
-        node.pool.discard(victim)
+    """Hold a slot (``SandboxPool.reserve``) for one more sandbox on this node, whose
+    ``PAW_MAX_SANDBOXES_PER_NODE`` counts the conversations' sandboxes and the spares:
+    at the limit a spare is retired first, then the least recently used idle sandbox is
+    evicted. Raises :class:`SandboxError` ``capacity`` when every slot is busy."""
+    limit = settings.PAW_MAX_SANDBOXES_PER_NODE
+    with node.pool.capacity:
+        while node.pool.occupied() >= limit:
+            if node.spares.retire_one():
+                continue
+            idle = node.pool.idle_lru()
+            if not idle:
+                raise SandboxError(
+                    f"this node already runs {limit} busy sandboxes; try again shortly",
+                    code="capacity",
+                )
+            victim = idle[0]
+            logger.info("evicting idle sandbox %s (least recently used)", victim.sandbox_id)
+            metrics.sandbox_evicted(node=node.name)
+            victim.stop()
+            node.pool.discard(victim)
+        node.pool.reserve()
 
 
-def sandbox_spawn(
-    node: Node, spec: SandboxSpec, *, exclude_run: uuid.UUID | None = None
-) -> SandboxProcess:
-    """Start a runtime process for ``spec`` on this node and wait for its ``ready``; seed
-    it with the conversation's earlier turns (capability ``history``) or store a notice
-    that it starts without them. Raises :class:`SandboxError` (``sandbox_start``,
-    ``capacity``)."""
-    _make_room(node)
+def _sandbox_row_create(node: Node, spec: SandboxSpec, **fields: Any) -> Sandbox:
+    """The ``Sandbox`` row of a sandbox of ``spec``'s conversation starting on this node
+    (``fields``: more of its columns); a live row left by another node (lost, or an
+    evicted race) is closed first: one live sandbox per conversation."""
     conversation_id = uuid.UUID(spec.conversation_id)
     with transaction.atomic():
-        # A live row left by another node (lost, or an evicted race) is closed: one live
-        # sandbox per conversation.
         stale = list(
             Sandbox.objects.select_for_update().filter(
                 conversation_id=conversation_id, state__in=Sandbox.LIVE_STATES
@@ -263,28 +271,115 @@ def sandbox_spawn(
                         conversation_id=conversation_id, node=stale_node
                     )
                 )
-        row = Sandbox.objects.create(
+        return Sandbox.objects.create(
             conversation_id=conversation_id,
             node=node.name,
-            command="",
             provider=spec.provider,
             model=spec.model,
+            **{"command": "", **fields},
         )
+
+
+def sandbox_handover(
+    node: Node, spec: SandboxSpec, *, exclude_run: uuid.UUID | None = None
+) -> SandboxProcess | None:
+    """Give ``spec``'s conversation one of this node's spares (``sandboxes/spares.py``):
+    its folder becomes the conversation's workspace, it gets a ``Sandbox`` row, the run's
+    network plan and the run's variables (:meth:`SandboxProcess.hand_over`); then it is
+    seeded like a spawned sandbox (:func:`sandbox_spawn`). Returns ``None``, having
+    changed nothing, when there is no spare, when the run does not fit one (under
+    bubblewrap a SQLite datasource, whose file is bound at the start; more TCP
+    destinations than a spare's relay has ports), or when the conversation's workspace
+    is not empty (an upload came first): the caller spawns. A spare that fails its
+    hand-over is killed (``None`` too)."""
+    if not node.spares.size:
+        return None
+    plan = None
+    if network_mode() == "isolated":
+        plan = network_plan(spec.env)
+        if len(plan.forwards) > SPARE_FORWARD_PORTS:
+            return None
+    if isolation_mode() == "bwrap" and sqlite_datasource_binds(spec.env):
+        return None
+    started = time.monotonic()
+    spare = node.spares.take()
+    if spare is None:
+        return None
+    if not workspace_adopt(spec.conversation_id, spare.started_in):
+        node.pool.spare_return(spare)  # untouched: still nobody's
+        return None
+    row = _sandbox_row_create(
+        node,
+        spec,
+        id=spare.sandbox_id,
+        pid=spare.pid,
+        command=" ".join(spare.command)[:1000],
+        capabilities=sorted(spare.capabilities),
+    )
+    try:
+        spare.hand_over(
+            spec, sink=node.pipeline.submit, on_network_refused=network_refusal_notice, plan=plan
+        )
+    except SandboxError as exc:
+        logger.warning("spare %s failed its hand-over: %s", spare.sandbox_id, exc)
+        metrics.sandbox_spare(node=node.name, event="failed")
+        spare.kill()
+        node.pool.release()
+        Sandbox.objects.filter(id=row.id).update(
+            state=Sandbox.State.DEAD,
+            stopped_at=timezone.now(),
+            stderr_tail=spare.stderr_tail()[-8000:],
+        )
+        return None
+    node.pool.add(spare, reserved=True)
+    metrics.sandbox_spawned(node=node.name, ok=True)
+    metrics.sandbox_spare(node=node.name, event="handed_over")
+    Sandbox.objects.filter(id=row.id).update(
+        state=Sandbox.State.READY, last_active_at=timezone.now()
+    )
+    logger.info(
+        "sandbox %s: a spare handed over in %.0f ms (pid %s)",
+        row.id,
+        (time.monotonic() - started) * 1000,
+        spare.pid,
+    )
+    _seed_history(spare, exclude_run=exclude_run)
+    return spare
+
+
+def sandbox_spawn(
+    node: Node, spec: SandboxSpec, *, exclude_run: uuid.UUID | None = None
+) -> SandboxProcess:
+    """Start a runtime process for ``spec`` on this node and wait for its ``ready``; seed
+    it with the conversation's earlier turns (capability ``history``) or store a notice
+    that it starts without them. Raises :class:`SandboxError` (``sandbox_start``,
+    ``capacity``)."""
+    _make_room(node)
+    try:
+        row = _sandbox_row_create(node, spec)
+    except BaseException:
+        node.pool.release()
+        raise
     sandbox = SandboxProcess(
         sandbox_id=row.id,
         spec=spec,
         sink=node.pipeline.submit,
         on_network_refused=network_refusal_notice,
     )
+    added = False
     try:
         sandbox.start()
-        node.pool.add(sandbox)
+        node.pool.add(sandbox, reserved=True)
+        added = True
         started = time.monotonic()
         sandbox.wait_ready(ready_timeout())
     except (SandboxError, OSError, RuntimeError) as exc:
         metrics.sandbox_spawned(node=node.name, ok=False)
         sandbox.kill()
-        node.pool.discard(sandbox)
+        if added:
+            node.pool.discard(sandbox)
+        else:
+            node.pool.release()
         Sandbox.objects.filter(id=row.id).update(
             state=Sandbox.State.DEAD,
             stopped_at=timezone.now(),

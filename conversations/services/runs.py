@@ -22,10 +22,11 @@ from billing.services import budget_check_start, usage_estimate, usage_normalize
 from conversations.models import Conversation, Run, RunEvent
 from conversations.selectors import runs as run_selectors
 from conversations.selectors.conversations import conversation_get
+from conversations.selectors.messages import run_status_message
 from conversations.services.approvals import approvals_cancel_for_run
 from conversations.services.attachments import attachments_validate, attachments_vision_check
 from conversations.services.conversations import conversation_create
-from conversations.services.events import run_status_publish
+from conversations.services.events import message_publish_on_commit, run_status_publish
 from paw_project import metrics
 from paw_project.errors import Conflict, InvalidRequest, NotFound
 from sandboxes.enqueue import run_cancel_enqueue, run_execute_enqueue
@@ -348,8 +349,18 @@ def run_claim(*, run_id: UUID, node: str) -> Run | None:
         run.status = Run.Status.STARTING
         run.node = node
         run.save(update_fields=["status", "node"])
-        run_status_publish(run)
+        _status_only_publish(run)
     return run
+
+
+def _status_only_publish(run: Run) -> None:
+    """Publish ``run.status`` (after commit) for a run that moved between active statuses
+    (``queued`` → ``starting`` → ``running``): the conversation's sidebar state is the
+    same (active, the same run, its approvals), so it is not sent again. Both moves lie
+    on the way to the run's first token (the node's claim before its submit, the
+    pipeline's ``start`` line before the first delta): the state's three queries and its
+    message cost a third of that work (issue 16, py-spy)."""
+    message_publish_on_commit(conversation_id=run.conversation_id, message=run_status_message(run))
 
 
 def run_mark_running(*, run_id: UUID) -> Run | None:
@@ -361,7 +372,7 @@ def run_mark_running(*, run_id: UUID) -> Run | None:
         run.status = Run.Status.RUNNING
         run.started_at = timezone.now()
         run.save(update_fields=["status", "started_at"])
-        run_status_publish(run)
+        _status_only_publish(run)
     return run
 
 

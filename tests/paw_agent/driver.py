@@ -33,7 +33,9 @@ def runtime_command(kind: str, project: Path, *flags: str) -> list[str]:
 class Runtime:
     """A running runtime process. ``lines`` holds every stdout line parsed so far."""
 
-    def __init__(self, command: list[str], env: dict[str, str], cwd: Path) -> None:
+    def __init__(
+        self, command: list[str], env: dict[str, str], cwd: Path, pass_fds: tuple[int, ...] = ()
+    ) -> None:
         self.stderr_file = tempfile.TemporaryFile()  # noqa: SIM115 - closed in close()
         self.started = time.monotonic()
         self.process = subprocess.Popen(
@@ -44,6 +46,7 @@ class Runtime:
             stdout=subprocess.PIPE,
             stderr=self.stderr_file,
             start_new_session=True,
+            pass_fds=pass_fds,
         )
         self.lines: list[dict[str, Any]] = []
         self.raw: list[bytes] = []
@@ -184,9 +187,11 @@ def answer_text(lines: list[dict[str, Any]]) -> str:
 
 
 @contextlib.contextmanager
-def spawned(command: list[str], env: dict[str, str], cwd: Path) -> Iterator[Runtime]:
-    """A :class:`Runtime` that is always cleaned up."""
-    runtime = Runtime(command, env, cwd)
+def spawned(
+    command: list[str], env: dict[str, str], cwd: Path, pass_fds: tuple[int, ...] = ()
+) -> Iterator[Runtime]:
+    """A :class:`Runtime` that is always cleaned up (``pass_fds``: descriptors it inherits)."""
+    runtime = Runtime(command, env, cwd, pass_fds)
     try:
         yield runtime
     finally:

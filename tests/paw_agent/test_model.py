@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
 import time
 from pathlib import Path
 
 from tests.live import wait_for
-from tests.paw_agent.driver import answer_text, notifies
+from tests.paw_agent.driver import VENV_BIN, answer_text, notifies
 from tests.processes import free_port
 
 
@@ -203,28 +205,20 @@ def test_rounds_reuse_one_connection(start, model):
     assert len({entry["client_port"] for entry in model.log}) == 1
 
 
-def resident_kib(pid: int) -> int:
-    """``VmRSS`` of ``pid`` (KiB; readable although paw-agent is not dumpable)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise AssertionError(f"no VmRSS for {pid}")
-
-
-#: What importing the openai SDK adds to the process (about 45 MB here), with room to spare.
-SDK_KIB = 25_000
+def sdk_loaded(pid: int) -> bool:
+    """Whether ``pid`` has loaded the openai SDK's client: its native dependency
+    ``pydantic_core`` is mapped (``/proc/<pid>/maps``; readable by root although
+    paw-agent is not dumpable). paw-agent's own modules never load pydantic."""
+    return "pydantic_core" in Path(f"/proc/{pid}/maps").read_text()
 
 
 def test_the_sdk_is_imported_right_after_ready_before_any_run(start, model):
-    """``import openai`` starts at ``ready``, not with the first model call."""
+    """The SDK's import starts at ``ready``, not with the first model call."""
     model.load(script("Warm already."))
     runtime = start()
     runtime.ready()
-    at_ready = resident_kib(runtime.pid)
     wait_for(
-        lambda: resident_kib(runtime.pid) >= at_ready + SDK_KIB,
-        timeout=60,
-        what="the SDK to be imported without a run",
+        lambda: sdk_loaded(runtime.pid), timeout=60, what="the SDK to be imported without a run"
     )
     assert model.requests == []  # no model call made it happen
     lines = runtime.submit("hi")
@@ -235,8 +229,32 @@ def test_no_warm_leaves_the_sdk_to_the_first_model_call(start, model):
     model.load(script("Cold."))
     runtime = start("paw-agent", "--no-warm")
     runtime.ready()
-    at_ready = resident_kib(runtime.pid)
-    time.sleep(3)  # a warm-up would be done by now (it takes about a second)
-    assert resident_kib(runtime.pid) < at_ready + SDK_KIB
+    time.sleep(3)  # a warm-up would be done by now (it takes under a second)
+    assert not sdk_loaded(runtime.pid)
     assert runtime.submit("hi")[-1]["answer"] == "Cold."
-    assert resident_kib(runtime.pid) >= at_ready + SDK_KIB
+    assert sdk_loaded(runtime.pid)
+
+
+#: Modules ``import openai`` loads that paw-agent never uses: every API type, the
+#: resources, httpx's command line and its ``rich``.
+UNUSED = ("openai.types.responses", "openai.resources", "httpx._main", "rich")
+
+LOAD = """
+import json, sys
+from paw_agent.sdk import load_sdk
+sdk = load_sdk()
+print(json.dumps({"lean": sdk.lean, "loaded": [m for m in %r if sys.modules.get(m)]}))
+"""
+
+
+def test_only_the_sdks_client_is_loaded_not_its_api_types(tmp_path):
+    """paw-agent's memory: the SDK's client modules, not the ~45 MB of ``import openai``
+    (README, Performance); the model calls themselves are the other tests of this file."""
+    done = subprocess.run(
+        [str(VENV_BIN / "python"), "-c", LOAD % (UNUSED,)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        check=True,
+    )
+    assert json.loads(done.stdout) == {"lean": True, "loaded": []}

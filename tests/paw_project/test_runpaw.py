@@ -31,7 +31,7 @@ from tests.processes import (
     wait_http,
     worker_database_url,
 )
-from tests.sandboxes.observe import process_alive
+from tests.sandboxes.observe import process_alive, process_command_line
 
 pytestmark = pytest.mark.slow
 
@@ -41,6 +41,11 @@ def _children_of(pid: int) -> list[int]:
         ["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True, check=False
     )
     return [int(p) for p in result.stdout.split()]
+
+
+def _is_spare(pid: int) -> bool:
+    """Whether ``pid`` is a spare runtime (``paw-agent serve --spare``, in its jail)."""
+    return "--spare" in process_command_line(pid)
 
 
 @pytest.fixture(scope="module")
@@ -93,9 +98,15 @@ def test_embedded_mode_serves_health_readiness_and_admin_in_one_process(tmp_path
         status, body, _ = http_get(f"{base}/admin/login/")
         assert status == 200 and b"Django administration" in body
         assert http_get(f"{base}/static/admin/css/base.css")[0] == 200
-        assert _children_of(paw.pid) == []  # everything runs in one process
+        # Everything runs in one process: its only child is the node's spare runtime
+        # (PAW_SANDBOX_SPARES, 1), a paw-agent waiting for a new conversation.
+        deadline = time.monotonic() + 60
+        while not (spares := _children_of(paw.pid)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert [_is_spare(pid) for pid in spares] == [True], spares
         paw.send_signal(signal.SIGINT)
         assert paw.wait(timeout=30) == 0, output_of(paw)
+        assert not [pid for pid in spares if process_alive(pid)]  # stopped with it
     output = output_of(paw)
     assert "embedded" in output
     assert f"http://127.0.0.1:{port}/" in output

@@ -93,7 +93,9 @@ def leaks(environ: dict[str, str], worker: dict[str, str]) -> set[str]:
 def test_the_sandbox_gets_a_fresh_environment_private_folders_and_the_configured_limits(
     worker_node, scripted_model
 ):
-    worker_node.use(PAW_AGENT, **LIMITS, **CANARIES)
+    # A sandbox spawned for its run (a spare's start environment and hand-over:
+    # tests/sandboxes/test_spares.py).
+    worker_node.use(PAW_AGENT, PAW_SANDBOX_SPARES="0", **LIMITS, **CANARIES)
     worker = process_environment(worker_node.process.pid)
     assert set(SERVER_VARIABLES) | set(CANARIES) <= set(worker)  # so there is something to leak
     scripted_model.load(
