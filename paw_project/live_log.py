@@ -147,6 +147,19 @@ class NeedsSeed(Exception):
     """The log's counter is gone (a Redis restart, a long idle spell): seed it."""
 
 
+@dataclass(frozen=True, slots=True)
+class Append:
+    """Events to append to one log: ``bodies`` (each event's client form as JSON text
+    *without* its opening ``{`` and its cursor: ``'"run_id": …, "event": {…}}'``), their
+    notify ``kinds`` (``""`` for none), and whether to ``publish`` them now (else only the
+    stream gets them; :func:`publish` sends them later)."""
+
+    log_id: Any
+    bodies: Sequence[str]
+    kinds: Sequence[str]
+    publish: bool = True
+
+
 def append(
     log_id: Any,
     bodies: Sequence[str],
@@ -159,27 +172,51 @@ def append(
     (the others follow it one by one). With ``publish=False`` they are only added to the
     stream (readers reading back get them); :func:`publish` sends them later.
 
-    ``bodies``: each event's client form as JSON text *without* its opening ``{`` and its
-    cursor (``'"run_id": …, "event": {…}}'``); ``kinds``: each one's notify kind (``""``
-    for none). ``seed()`` is called only when the counter is gone: the cursor to continue
-    after (see the module docstring; the stream's newest entry wins if higher).
-    One Redis round trip (two when seeding). Raises ``redis.RedisError`` when Redis
-    cannot be reached.
-    """
-    if not bodies:
+    ``seed()`` is called only when the counter is gone: the cursor to continue after (see
+    the module docstring; the stream's newest entry wins if higher). One Redis round trip
+    (two when seeding). Raises ``redis.RedisError`` when Redis cannot be reached."""
+    return append_many([Append(log_id, bodies, kinds, publish)], seed=lambda _: seed())[0]
+
+
+def append_many(appends: Sequence[Append], *, seed: Callable[[Any], int]) -> list[int]:
+    """:func:`append` for several appends (to one log or several) in one round trip;
+    appends to one log are applied in their order. Returns each one's first cursor.
+    ``seed(log_id)`` is called for a log whose counter is gone. Raises
+    ``redis.RedisError``."""
+    if not appends or any(not item.bodies for item in appends):
         raise ValueError("nothing to append")
     connection = client()
     script = _append_script(connection)
-    args = [KEEP, STREAM_TTL_MS, COUNTER_TTL_MS, len(bodies), int(publish), *bodies, *kinds]
-    keys = [counter_key(log_id), stream_key(log_id)]
-    try:
-        return int(script(keys=keys, args=["", channel_name(log_id), *args]))
-    except redis.ResponseError as exc:
-        if "NOSEED" not in str(exc):
-            raise
-    floor = seed()
-    logger.info("live log %s: counter seeded at %d", log_id, floor)
-    return int(script(keys=keys, args=[str(floor), channel_name(log_id), *args]))
+    pipe = connection.pipeline(transaction=False)
+    for item in appends:
+        script(keys=_keys(item.log_id), args=_args(item, ""), client=pipe)
+    results = pipe.execute(raise_on_error=False)
+    firsts: list[int] = []
+    seeded: dict[str, str] = {}
+    for item, result in zip(appends, results, strict=True):
+        if isinstance(result, redis.ResponseError) and "NOSEED" in str(result):
+            # The counter is gone: seed it, then this append and every later one of the
+            # same log (they found no counter either) go one by one, in order.
+            key = counter_key(item.log_id)
+            if key not in seeded:
+                seeded[key] = str(seed(item.log_id))
+                logger.info("live log %s: counter seeded at %s", item.log_id, seeded[key])
+            result = script(keys=_keys(item.log_id), args=_args(item, seeded[key]))
+        elif isinstance(result, Exception):
+            raise result
+        firsts.append(int(result))
+    return firsts
+
+
+def _keys(log_id: Any) -> list[str]:
+    return [counter_key(log_id), stream_key(log_id)]
+
+
+def _args(item: Append, seed: str) -> list[Any]:
+    return [
+        seed, channel_name(item.log_id), KEEP, STREAM_TTL_MS, COUNTER_TTL_MS,
+        len(item.bodies), int(item.publish), *item.bodies, *item.kinds,
+    ]  # fmt: skip
 
 
 def message(first: int, sent_ms: int, bodies: Sequence[str]) -> str:

@@ -216,51 +216,55 @@ class EventPipeline:
     ) -> None:
         """Take lines read from ``sandbox`` (or, with ``entries=None``, its exit): in Redis
         mode they are sent live before this returns; stored by the writer thread."""
-        self._idle.clear()
         if entries is None:
+            self._idle.clear()
             self._queue.put(_Batch(sandbox=sandbox, exit_code=returncode, is_exit=True))
             return
-        batch = prepare(sandbox, entries)
-        if live_log.enabled() and batch.drafts:
-            # A run's result goes out once the run is finished in the database (a client
-            # that gets it may ask for the run): from there on, the events wait for commit.
-            hold = next(
-                (i for i, d in enumerate(batch.drafts) if d.type == "result" and d.run_id),
-                len(batch.drafts),
-            )
-            now = self._relay(sandbox, batch.drafts[:hold], publish=True)
-            held = self._relay(sandbox, batch.drafts[hold:], publish=False)
-            if now is None or held is None:
-                batch.events = None
-            else:
-                batch.events, batch.held = now + held, held
-                self._sent(batch)
-        self._queue.put(batch)
+        self.submit_many([(sandbox, entries)])
 
-    def _relay(
-        self, sandbox: SandboxProcess, drafts: list[EventDraft], *, publish: bool
-    ) -> list[StoredEvent] | None:
-        """Put ``drafts`` in the live log and (``publish``) send them, retrying while
-        Redis is away; their events, or ``None`` when Redis stayed away (then they are
-        dropped, logged)."""
-        if not drafts:
-            return []
+    def submit_many(self, reads: list[tuple[SandboxProcess, list[ReadEntry]]]) -> None:
+        """Take the lines of several reads (``(sandbox, entries)``, in the order they were
+        read; what the node's ``OutputReader`` took in one round): in Redis mode they all
+        go live in one round trip before this returns; stored by the writer thread."""
+        self._idle.clear()
+        batches = [prepare(sandbox, entries) for sandbox, entries in reads]
+        if live_log.enabled():
+            self._relay(batches)
+        for batch in batches:
+            self._queue.put(batch)
+
+    def _relay(self, batches: list[_Batch]) -> None:
+        """Give the batches' events their cursors and send them live, in one round trip
+        (retrying while Redis is away; when it stays away they are dropped, logged, and
+        their batches keep ``events = None``). A run's result goes out once the run is
+        finished in the database (a client that gets it may ask for the run): from it on,
+        a batch's events are put in the live log now and published on commit (``held``)."""
+        appends: list[tuple[uuid.UUID, list[EventDraft], bool]] = []
+        for batch in batches:
+            drafts = batch.drafts
+            hold = next(
+                (i for i, d in enumerate(drafts) if d.type == "result" and d.run_id), len(drafts)
+            )
+            cid = batch.sandbox.conversation_id
+            appends += [(cid, drafts[:hold], True), (cid, drafts[hold:], False)]
         for delay in (*RELAY_RETRY_DELAYS, None):
             try:
-                return event_services.events_relay(
-                    conversation_id=sandbox.conversation_id, drafts=drafts, publish=publish
-                )
+                relayed = event_services.events_relay_many(appends=appends)
+                break
             except redis.RedisError as exc:
                 if delay is None:
                     logger.error(
-                        "event pipeline: Redis unavailable; %d event(s) of conversation %s dropped",
-                        len(drafts),
-                        sandbox.conversation_id,
+                        "event pipeline: Redis unavailable; the events of %d read(s) dropped",
+                        len(batches),
                     )
-                    return None
+                    return
                 logger.warning("event pipeline: Redis error (%s); retrying in %.1f s", exc, delay)
                 time.sleep(delay)
-        return None
+        for index, batch in enumerate(batches):
+            now, held = relayed[2 * index], relayed[2 * index + 1]
+            batch.events, batch.held = now + held, held
+            if batch.events:
+                self._sent(batch)
 
     def _sent(self, batch: _Batch) -> None:
         """Metrics of a batch whose events went out: the read→send lag, the first token."""

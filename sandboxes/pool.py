@@ -1,10 +1,11 @@
 """The sandbox pool: the runtime processes a worker node owns, one per conversation.
 
-Lives in the Celery worker process (a module-level singleton, :func:`get_pool`). Each
-:class:`SandboxProcess` has one reader thread turning stdout into parsed lines for the
-node's :class:`~sandboxes.pipeline.EventPipeline`, and one thread keeping the tail of
-stderr. Ops are written under a lock, one JSON line each. Celery task threads only spawn,
-submit and write ops: they never wait for a run to finish.
+Lives in the Celery worker process (a module-level singleton, :func:`get_pool`). One
+thread of the process (:class:`OutputReader`) reads every sandbox's stdout and turns it
+into parsed lines for the node's :class:`~sandboxes.pipeline.EventPipeline`; each
+:class:`SandboxProcess` has one thread keeping the tail of its stderr. Ops are written
+under a lock, one JSON line each. Celery task threads only spawn, submit and write ops:
+they never wait for a run to finish.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import contextlib
 import json
 import logging
 import os
+import selectors
 import signal
 import subprocess
 import threading
@@ -252,6 +254,12 @@ class SandboxProcess:
         self._seq = protocol.SeqTracker()
         self._threads: list[threading.Thread] = []
         self.exited = threading.Event()
+        # Reading stdout (see OutputReader): what is left of a line, and whether a line
+        # over MAX_LINE_BYTES is being dropped up to its newline.
+        self._pending = b""
+        self._discarding = False
+        self._eof_thread: threading.Thread | None = None
+        self._eof_done = threading.Event()  # the exit was handed to the sink
         self.kind = "other"  # runtime_kind() of the command, once started
 
     # --- lifecycle ----------------------------------------------------------------------
@@ -331,12 +339,12 @@ class SandboxProcess:
             threading.Thread(
                 target=_write_and_close, args=(writer, json.dumps(private).encode()), daemon=True
             ).start()
-        for target, name in ((self._read_stdout, "out"), (self._read_stderr, "err")):
-            thread = threading.Thread(
-                target=target, name=f"sandbox-{name}-{self.conversation_id}", daemon=True
-            )
-            thread.start()
-            self._threads.append(thread)
+        thread = threading.Thread(
+            target=self._read_stderr, name=f"sandbox-err-{self.conversation_id}", daemon=True
+        )
+        thread.start()
+        self._threads.append(thread)
+        output_reader().add(self)
 
     def hand_over(
         self,
@@ -486,6 +494,8 @@ class SandboxProcess:
         for thread in self._threads:
             if thread is not threading.current_thread():
                 thread.join(timeout=grace)
+        if threading.current_thread() is not self._eof_thread:
+            self._eof_done.wait(timeout=grace)
 
     def kill(self) -> None:
         """Kill the whole sandbox at once (no grace)."""
@@ -713,45 +723,49 @@ class SandboxProcess:
 
     # --- reading ------------------------------------------------------------------------
 
-    def _read_stdout(self) -> None:
-        assert self.process is not None and self.process.stdout is not None
-        fd = self.process.stdout.fileno()
-        pending = b""
-        discarding = False  # inside a line over MAX_LINE_BYTES, dropping it up to its newline
+    def _read_available(self, fd: int) -> list[ReadEntry] | None:
+        """Read what stdout holds now (one read; called when it is readable) and turn its
+        whole lines into entries for the pipeline; ``None`` at its end (the rest of a last
+        line without a newline is taken then too, through the sink)."""
         try:
-            while True:
-                try:
-                    chunk = os.read(fd, 1 << 16)
-                except OSError:
-                    break
-                if not chunk:
-                    break
-                *lines, pending = (pending + chunk).split(b"\n")
-                if discarding:
-                    if not lines:
-                        pending = b""
-                        continue
-                    lines = lines[1:]
-                    discarding = False
-                if len(pending) > MAX_LINE_BYTES:
-                    # Not a protocol line: keep its start as a malformed line, drop the rest.
-                    lines.append(pending[:4000] + b" [cut]")
-                    pending = b""
-                    discarding = True
-                entries = [entry for raw in lines if raw.strip() for entry in self._take(raw)]
-                if self.network is not None and self.network.index_open:
-                    self._close_index_after_install(entries)
-                if entries:
-                    self.last_active = time.monotonic()
-                    self._sink(self, entries)
-            if pending.strip() and not discarding:
-                entries = list(self._take(pending))
+            chunk = os.read(fd, 1 << 16)
+        except BlockingIOError:
+            return []
+        except OSError:
+            chunk = b""
+        if not chunk:
+            if self._pending.strip() and not self._discarding:
+                entries = list(self._take(self._pending))
                 if entries:
                     self._sink(self, entries)
-        except Exception:
-            logger.exception("sandbox %s: reader failed", self.sandbox_id)
-        finally:
-            self._on_eof()
+            self._pending = b""
+            return None
+        *lines, self._pending = (self._pending + chunk).split(b"\n")
+        if self._discarding:
+            if not lines:
+                self._pending = b""
+                return []
+            lines = lines[1:]
+            self._discarding = False
+        if len(self._pending) > MAX_LINE_BYTES:
+            # Not a protocol line: keep its start as a malformed line, drop the rest.
+            lines.append(self._pending[:4000] + b" [cut]")
+            self._pending = b""
+            self._discarding = True
+        entries = [entry for raw in lines if raw.strip() for entry in self._take(raw)]
+        if self.network is not None and self.network.index_open:
+            self._close_index_after_install(entries)
+        if entries:
+            self.last_active = time.monotonic()
+        return entries
+
+    def _ended(self) -> None:
+        """Stdout ended (or could not be read): record the exit, on a thread of its own
+        (it waits for the process)."""
+        self._eof_thread = threading.Thread(
+            target=self._on_eof, name=f"sandbox-exit-{self.conversation_id}", daemon=True
+        )
+        self._eof_thread.start()
 
     def _take(self, raw: bytes) -> list[ReadEntry]:
         """Handle control lines here; return what the pipeline must store."""
@@ -821,7 +835,107 @@ class SandboxProcess:
             self._ready_error = f"the agent runtime exited (code {returncode}) before it was ready"
         for waiter in list(self._waiters.values()):
             waiter.event.set()
-        self._sink(self, None, returncode=returncode)
+        try:
+            self._sink(self, None, returncode=returncode)
+        finally:
+            self._eof_done.set()
+
+
+class OutputReader:
+    """One thread reading the stdout of every sandbox of this process (``selectors``).
+
+    Each round takes what every readable pipe holds (one read each), turns it into
+    entries, and hands them to the sandboxes' sinks together: a sink that is a bound
+    method of an object with ``submit_many`` (the node's
+    :class:`~sandboxes.pipeline.EventPipeline`) gets the round's reads of all its
+    sandboxes in one call (they go live in one round trip to Redis); others get each
+    sandbox's own. A quiet pipe is read the moment it has a line; when many sandboxes
+    write at once, each round takes more of each, so reads, events and their relays grow
+    fewer and larger instead of a hundred threads waking for every line (issue 16). A
+    stdout that ends is handed to a thread of its own to record the exit
+    (:meth:`SandboxProcess._ended`)."""
+
+    def __init__(self) -> None:
+        self._selector = selectors.DefaultSelector()
+        self._added: collections.deque[SandboxProcess] = collections.deque()
+        self._wake_read, self._wake_write = os.pipe()
+        os.set_blocking(self._wake_read, False)
+        os.set_blocking(self._wake_write, False)
+        self._selector.register(self._wake_read, selectors.EVENT_READ, None)
+        self._thread = threading.Thread(target=self._loop, name="sandbox-output", daemon=True)
+        self._thread.start()
+
+    def add(self, sandbox: SandboxProcess) -> None:
+        """Read ``sandbox``'s stdout from now on, until it ends."""
+        self._added.append(sandbox)
+        with contextlib.suppress(BlockingIOError):
+            os.write(self._wake_write, b"x")
+
+    def _loop(self) -> None:
+        while True:
+            ready: list[tuple[SandboxProcess, list[ReadEntry]]] = []
+            for key, _ in self._selector.select():
+                sandbox = key.data
+                if sandbox is None:
+                    self._take_added()
+                    continue
+                try:
+                    entries = sandbox._read_available(key.fd)
+                except Exception:
+                    logger.exception("sandbox %s: reader failed", sandbox.sandbox_id)
+                    entries = None
+                if entries is None:
+                    self._selector.unregister(key.fd)
+                    sandbox._ended()
+                elif entries:
+                    ready.append((sandbox, entries))
+            if ready:
+                self._deliver(ready)
+
+    def _take_added(self) -> None:
+        with contextlib.suppress(BlockingIOError):
+            while os.read(self._wake_read, 4096):
+                pass
+        while self._added:
+            sandbox = self._added.popleft()
+            stdout = sandbox.process.stdout if sandbox.process is not None else None
+            if stdout is None:
+                continue
+            os.set_blocking(stdout.fileno(), False)
+            self._selector.register(stdout.fileno(), selectors.EVENT_READ, sandbox)
+
+    @staticmethod
+    def _deliver(ready: list[tuple[SandboxProcess, list[ReadEntry]]]) -> None:
+        batched: dict[int, tuple[Any, list[tuple[SandboxProcess, list[ReadEntry]]]]] = {}
+        for sandbox, entries in ready:
+            sink = sandbox._sink
+            owner = getattr(sink, "__self__", None)
+            submit_many = getattr(owner, "submit_many", None)
+            if submit_many is None:
+                try:
+                    sink(sandbox, entries)
+                except Exception:
+                    logger.exception("sandbox %s: its lines were not taken", sandbox.sandbox_id)
+                continue
+            batched.setdefault(id(owner), (submit_many, []))[1].append((sandbox, entries))
+        for submit_many, items in batched.values():
+            try:
+                submit_many(items)
+            except Exception:
+                logger.exception("event pipeline: %d read(s) were not taken", len(items))
+
+
+_output_reader: OutputReader | None = None
+_output_reader_lock = threading.Lock()
+
+
+def output_reader() -> OutputReader:
+    """This process's :class:`OutputReader` (started on first use)."""
+    global _output_reader
+    with _output_reader_lock:
+        if _output_reader is None:
+            _output_reader = OutputReader()
+        return _output_reader
 
 
 _launcher: concurrent.futures.ThreadPoolExecutor | None = None

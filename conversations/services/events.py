@@ -123,24 +123,48 @@ def events_relay(
     Returns the events with their cursors, in order. Raises ``redis.RedisError`` when
     Redis cannot be reached (nothing was sent then). Must not be called in the embedded
     mode (``live_log.enabled()`` is false there)."""
-    if not drafts:
-        return []
-    drafts = [
-        EventDraft(d.run_id, d.type[:32], d.payload, d.kind[:64]) for d in drafts
+    return events_relay_many(appends=[(conversation_id, drafts, publish)])[0]
+
+
+def events_relay_many(
+    *, appends: Sequence[tuple[UUID, Sequence[EventDraft], bool]]
+) -> list[list[StoredEvent]]:
+    """:func:`events_relay` for several ``(conversation_id, drafts, publish)`` at once, in
+    one round trip to Redis (appends to one conversation keep their order). Returns each
+    append's events (``[]`` for no drafts). Raises ``redis.RedisError``."""
+    trimmed = [
+        (cid, [EventDraft(d.run_id, d.type[:32], d.payload, d.kind[:64]) for d in drafts], publish)
+        for cid, drafts, publish in appends
     ]
-    first = live_log.append(
-        conversation_id,
-        [_body(draft) for draft in drafts],
-        [draft.kind for draft in drafts],
-        seed=lambda: _seed(conversation_id),
-        publish=publish,
+    firsts = live_log.append_many(
+        [
+            live_log.Append(
+                log_id=cid,
+                bodies=[_body(draft) for draft in drafts],
+                kinds=[draft.kind for draft in drafts],
+                publish=publish,
+            )
+            for cid, drafts, publish in trimmed
+            if drafts
+        ],
+        seed=_seed,
     )
     now = timezone.now()
-    metrics.live_appended(events=len(drafts))
-    return [
-        StoredEvent(first + index, d.run_id, d.type, d.kind, d.payload, now)
-        for index, d in enumerate(drafts)
-    ]
+    out: list[list[StoredEvent]] = []
+    taken = iter(firsts)
+    for _, drafts, _ in trimmed:
+        if not drafts:
+            out.append([])
+            continue
+        first = next(taken)
+        metrics.live_appended(events=len(drafts))
+        out.append(
+            [
+                StoredEvent(first + index, d.run_id, d.type, d.kind, d.payload, now)
+                for index, d in enumerate(drafts)
+            ]
+        )
+    return out
 
 
 def events_publish(*, conversation_id: UUID, events: Sequence[StoredEvent]) -> None:

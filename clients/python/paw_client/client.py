@@ -14,6 +14,7 @@ import contextlib
 import io
 import os
 import secrets
+import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
@@ -57,6 +58,8 @@ ApprovalCallback = Callable[[Approval], Decision]
 CHUNK = 256 * 1024
 #: Seconds between checks of a run's state while its websocket is quiet.
 QUIET_CHECK_SECONDS = 15.0
+#: Seconds a run that sent its ``result`` may take to be recorded as finished.
+FINISH_WAIT_SECONDS = 10.0
 
 
 class Client:
@@ -960,7 +963,7 @@ class Run:
                 yield event
                 if event.type == "result":
                     self._ended = True
-                    self.refresh()
+                    self._refresh_until_finished()
                     self._close_socket()
                     return
             if message.get("run_id") != self.id:
@@ -978,6 +981,18 @@ class Run:
                 self._closed_approvals.add(str(message.get("approval_id")))
             elif kind == "run.status" and message.get("status") in FINISHED_STATUSES:
                 yield from self._end_if_finished()
+
+    def _refresh_until_finished(self) -> None:
+        """Read the run again until it has finished (at most :data:`FINISH_WAIT_SECONDS`):
+        its ``result`` line can reach a client a few milliseconds before PAW has recorded
+        the run's end (docs/api.md, "The live path")."""
+        deadline = time.monotonic() + FINISH_WAIT_SECONDS
+        pause = 0.02
+        self.refresh()
+        while not self.is_finished and time.monotonic() < deadline:
+            time.sleep(pause)
+            pause = min(0.5, pause * 2)
+            self.refresh()
 
     def _end_if_finished(self) -> Iterator[Event]:
         """If the run has ended, yield its stored events after the cursor (from the REST
