@@ -1,6 +1,6 @@
 """Django's ASGI handler, tuned for PAW's synchronous HTTP views.
 
-Two costs dominate Django's own ``ASGIHandler`` for sync views (measured with
+Three costs dominate Django's own ``ASGIHandler`` for sync views (measured with
 ``bench/api.py``; the numbers are in docs/api.md):
 
 * It runs middleware in async mode: every ``MiddlewareMixin`` middleware (session, CSRF,
@@ -14,14 +14,22 @@ Two costs dominate Django's own ``ASGIHandler`` for sync views (measured with
   least busy one for all its thread-sensitive work (asgiref's
   ``ThreadSensitiveContext(executor=...)``), so a request's database connection and its
   ``request_finished`` cleanup still happen on one thread, as before.
+* Around the view it hops to that thread twice more: for the ``request_started``
+  signal's receivers before, and for ``response.close()`` (``request_finished``) after
+  the response is sent, and it runs the view and a disconnect listener as two tasks.
+  Here ``request_started``, the request, the middleware chain and the view, and for a
+  response whose body is already whole ``response.close()``, run in one hop; the
+  response is sent afterwards (a streaming one as Django sends it, then closed).
 
-Nothing else changes: the same middleware, views, body spooling, streaming responses and
-disconnect handling come from ``ASGIHandler``. Websockets do not pass here (Channels);
-:class:`WebsocketThreads` gives them a fixed set of threads of their own in the same way.
+Nothing else changes: the same middleware, views, signals, body spooling and streaming
+responses; a response is still not sent to a client that went away while the view ran.
+Websockets do not pass here (Channels); :class:`WebsocketThreads` gives them a fixed set
+of threads of their own in the same way.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
@@ -29,9 +37,12 @@ from typing import Any
 
 from asgiref.sync import ThreadSensitiveContext, sync_to_async
 from django.conf import settings
+from django.core import signals
+from django.core.exceptions import RequestAborted
 from django.core.handlers import base
-from django.core.handlers.asgi import ASGIHandler
-from django.http import HttpRequest, HttpResponseBase
+from django.core.handlers.asgi import ASGIHandler, get_script_prefix
+from django.http import FileResponse, HttpResponseBase
+from django.urls import set_script_prefix
 
 
 class ThreadSet:
@@ -74,8 +85,58 @@ class SyncStackASGIHandler(ASGIHandler):
         async with self._threads.use():
             await self.handle(scope, receive, send)
 
-    async def get_response_async(self, request: HttpRequest) -> HttpResponseBase:
-        return await sync_to_async(self.get_response, thread_sensitive=True)(request)
+    async def handle(self, scope: dict[str, Any], receive, send) -> None:
+        """Answer one HTTP request: Django's ``ASGIHandler.handle`` with the request's
+        sync work in one hop to the request thread (:meth:`respond`).
+
+        While the view runs, the client's disconnect is listened for, as Django does: a
+        response is not sent to a client that went away. A streaming response is sent as
+        Django sends it (stopped when the client goes away), then closed on the request
+        thread (``request_finished``)."""
+        try:
+            body_file = await self.read_body(receive)
+        except RequestAborted:
+            return
+        set_script_prefix(get_script_prefix(scope))
+        listener = asyncio.create_task(self.listen_for_disconnect(receive))
+        try:
+            response = await sync_to_async(self.respond, thread_sensitive=True)(scope, body_file)
+            if not response.streaming:  # already closed
+                if not listener.done():
+                    await self.send_response(response, send)
+                return
+            sender = asyncio.create_task(self.send_response(response, send))
+            await asyncio.wait((listener, sender), return_when=asyncio.FIRST_COMPLETED)
+            if not sender.done():  # the client went away: stop sending
+                sender.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sender
+            await sync_to_async(response.close, thread_sensitive=True)()
+        finally:
+            listener.cancel()
+            try:
+                # Django's listener ends with RequestAborted on a disconnect, and with an
+                # AssertionError on a message that should not come (re-raised, as Django does).
+                with contextlib.suppress(asyncio.CancelledError, RequestAborted):
+                    await listener
+            finally:
+                body_file.close()
+
+    def respond(self, scope: dict[str, Any], body_file) -> HttpResponseBase:
+        """On the request thread: ``request_started``, the request (or Django's 400/413
+        for one it cannot build), the middleware chain and the view; a response whose body
+        is whole is closed at once (``request_finished``: the database connection goes
+        back to the pool before the bytes are sent). Returns the response."""
+        signals.request_started.send(sender=self.__class__, scope=scope)
+        request, error_response = self.create_request(scope, body_file)
+        response = error_response if request is None else self.get_response(request)
+        response._handler_class = self.__class__
+        if isinstance(response, FileResponse):
+            # As Django does: the server chunks the body, so read it in large blocks.
+            response.block_size = self.chunk_size
+        if not response.streaming:
+            response.close()
+        return response
 
 
 def get_sync_stack_asgi_application() -> SyncStackASGIHandler:

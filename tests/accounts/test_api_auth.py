@@ -204,7 +204,25 @@ def test_refresh_token_is_not_accepted_as_access_token(user):
 def test_access_token_of_deleted_user_is_401(user):
     pair = login()
     user.delete()
-    assert bearer(pair["access"]).get("/api/auth/me").status_code == 401
+    response = bearer(pair["access"]).get("/api/auth/me")
+    assert response.status_code == 401
+    assert response.json()["code"] == "user_not_found"
+
+
+def test_access_token_of_a_deactivated_user_is_401(user):
+    pair = login()
+    User.objects.filter(pk=user.pk).update(is_active=False)
+    response = bearer(pair["access"]).get("/api/auth/me")
+    assert response.status_code == 401
+    assert response.json()["code"] == "user_inactive"
+
+
+def test_a_signed_access_token_without_a_user_is_401(user):
+    from rest_framework_simplejwt.tokens import AccessToken
+
+    response = bearer(str(AccessToken())).get("/api/auth/me")
+    assert response.status_code == 401
+    assert response.json()["code"] == "token_not_valid"
 
 
 # --- refresh --------------------------------------------------------------------------------

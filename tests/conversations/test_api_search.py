@@ -136,3 +136,63 @@ def test_pending_approvals_are_listed_with_their_deadline(api, user):
     assert listed["pending_approvals"][0]["expires_at"].endswith("Z")
     detail = api.get(f"/api/conversations/{conversation.id}").json()
     assert detail["pending_approvals"] == listed["pending_approvals"]
+
+
+def test_each_listed_conversation_has_its_own_run_and_approvals_on_every_page(
+    api, user, other_user
+):
+    """The list reads a conversation's active run and pending approvals in its page query;
+    each page and each search result carries the same as the conversation's own endpoint
+    (which reads them with queries of their own)."""
+    now = timezone.now()
+    later = now + timedelta(seconds=90)
+    running = conversation_of(user, title="budget running", last_activity_at=now)
+    turn(running, "earlier")
+    active = Run.objects.create(
+        conversation=running, user=user, prompt="go", status=Run.Status.RUNNING
+    )
+    second = Approval.objects.create(
+        conversation=running, run=active, kind="ask", expires_at=later, created_at=now
+    )
+    first = Approval.objects.create(
+        conversation=running, run=active, kind="confirm", expires_at=later,
+        created_at=now - timedelta(seconds=5),
+    )  # fmt: skip
+    idle = conversation_of(user, title="budget idle", last_activity_at=now - timedelta(minutes=1))
+    turn(idle, "done long ago")
+    starting = conversation_of(
+        user, title="budget starting", last_activity_at=now - timedelta(minutes=2)
+    )
+    queued = Run.objects.create(
+        conversation=starting, user=user, prompt="next", status=Run.Status.STARTING
+    )
+    own = Approval.objects.create(
+        conversation=starting, run=queued, kind="confirm", expires_at=later
+    )
+    theirs = conversation_of(other_user, title="budget theirs")
+    their_run = Run.objects.create(
+        conversation=theirs, user=other_user, prompt="x", status=Run.Status.QUEUED
+    )
+    Approval.objects.create(conversation=theirs, run=their_run, kind="ask", expires_at=later)
+
+    expected = {
+        str(running.id): (str(active.id), [str(first.id), str(second.id)]),
+        str(idle.id): (None, []),
+        str(starting.id): (str(queued.id), [str(own.id)]),
+    }
+    for params in ({"page_size": 1}, {"page_size": 1, "search": "budget"}):
+        seen = []
+        body = api.get("/api/conversations", params).json()
+        while True:
+            seen += body["results"]
+            if not body["next"]:
+                break
+            body = api.get(body["next"]).json()
+        assert [c["id"] for c in seen] == [str(running.id), str(idle.id), str(starting.id)]
+        for listed in seen:
+            run_id, approval_ids = expected[listed["id"]]
+            assert listed["active_run_id"] == run_id
+            assert [a["id"] for a in listed["pending_approvals"]] == approval_ids
+            detail = api.get(f"/api/conversations/{listed['id']}").json()
+            assert listed["active_run_id"] == detail["active_run_id"]
+            assert listed["pending_approvals"] == detail["pending_approvals"]
