@@ -42,6 +42,7 @@ from stack import (
     ROOT,
     bench_env,
     bench_user_token,
+    free_port,
     manage_shell,
     migrate,
     percentile,
@@ -63,6 +64,7 @@ class Stack:
 
     def __init__(self, env: dict[str, str], token: str, port: int) -> None:
         self.env = env
+        self.worker_metrics_port = int(env.get("PAW_WORKER_METRICS_PORT") or 0)
         self.token = token
         self.port = port
         self.http = httpx.AsyncClient(
@@ -121,6 +123,56 @@ def word_delays(event: dict, received: float) -> list[float]:
     return [received - float(word.split("@")[1]) for word in event["event"]["text"].split()]
 
 
+#: The stack's metrics token: the web's /metrics and the worker's own endpoint.
+METRICS_TOKEN = "paw-bench-metrics-token-0000"
+RELAY_STAGES = {
+    "read_to_send": "paw_relay_read_to_send_seconds",  # worker: line read → live
+    "send_to_client": "paw_relay_send_to_client_seconds",  # web: live → websocket send
+}
+
+
+async def relay_buckets(stack: Stack) -> dict[str, dict[float, float]]:
+    """The relay's two histograms now, as ``{stage: {upper bound (s): count}}``: the
+    worker's (read → live) from its metrics endpoint, the web's (live → socket)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    headers = {"Authorization": f"Bearer {METRICS_TOKEN}"}
+    texts = [
+        (
+            await stack.http.get(
+                f"http://127.0.0.1:{stack.worker_metrics_port}/metrics", headers=headers
+            )
+        ).text,
+        (await stack.http.get("/metrics", headers=headers)).text,
+    ]
+    found: dict[str, dict[float, float]] = {stage: {} for stage in RELAY_STAGES}
+    for text in texts:
+        for family in text_string_to_metric_families(text):
+            for stage, name in RELAY_STAGES.items():
+                if family.name != name:
+                    continue
+                for sample in family.samples:
+                    if sample.name == name + "_bucket":
+                        bound = float(sample.labels["le"])
+                        found[stage][bound] = found[stage].get(bound, 0) + sample.value
+    return found
+
+
+def bucket_quantiles(before: dict[float, float], after: dict[float, float]) -> dict[str, str]:
+    """p50 and p99 of what a histogram counted between two scrapes, as ``"≤ bound ms"``
+    (a histogram knows its buckets, not the values)."""
+    bounds = sorted(after)
+    counts = [after[b] - before.get(b, 0) for b in bounds]  # cumulative
+    total = counts[-1] if counts else 0
+    out = {"count": int(total)}
+    for label, q in (("p50", 0.5), ("p99", 0.99)):
+        bound = next((b for b, c in zip(bounds, counts, strict=True) if c >= q * total), None)
+        out[label] = (
+            "—" if not total else ("> 30 s" if bound == float("inf") else f"≤ {bound * 1000:g} ms")
+        )
+    return out
+
+
 def numbers_in_order(events: list[dict]) -> list[int]:
     text = "".join(e["event"]["text"] for e in events if e["event"]["type"] == "delta")
     return [int(word.split("@")[0]) for word in text.split()]
@@ -170,13 +222,18 @@ async def latency(stack: Stack, lines: int = 500) -> dict:
 async def run_times(stack: Stack, conversation: str) -> tuple[float, float | None]:
     """Seconds from sending ``POST /runs`` to receiving the run's ``start`` event, and to
     its first ``delta`` (``None`` if it streamed none)."""
+    # From the conversation's cursor: a resume "from now" can reach the server after the
+    # POST, and then misses the run's first events.
+    after = (await stack.http.get(f"/api/conversations/{conversation}")).json()["event_cursor"]
     async with stack.socket(conversation) as ws:
-        await ws.send(json.dumps({"type": "resume", "after": 10**12}))  # live only
+        await ws.send(json.dumps({"type": "resume", "after": after}))
         started = time.perf_counter()
-        await stack.start_run(conversation)
+        run_id = await stack.start_run(conversation)
         start = first = None
         while True:
             for message in frame_events(json.loads(await ws.recv())):
+                if message["run_id"] != run_id:
+                    continue
                 kind = message["event"]["type"]
                 if kind == "start" and start is None:
                     start = time.perf_counter() - started
@@ -303,6 +360,7 @@ async def concurrent(stack: Stack, count: int, lines: int = 500, *, cold: bool =
         if numbers_in_order(got) == list(range(1, lines + 1)):
             complete += 1
 
+    relay_before = await relay_buckets(stack)
     readies = [asyncio.Event() for _ in conversations]
     followers = [
         asyncio.create_task(follow(c, r)) for c, r in zip(conversations, readies, strict=True)
@@ -310,6 +368,7 @@ async def concurrent(stack: Stack, count: int, lines: int = 500, *, cold: bool =
     await asyncio.gather(*(r.wait() for r in readies))
     await asyncio.gather(*(stack.start_run(c) for c in conversations))
     await asyncio.gather(*followers)
+    relay_after = await relay_buckets(stack)
     # p99 per second of the streaming, from the first word written: where the delay comes.
     start = min(written for written, _ in stamped)
     by_second: dict[int, list[float]] = {}
@@ -329,6 +388,12 @@ async def concurrent(stack: Stack, count: int, lines: int = 500, *, cold: bool =
         },
         "runs_complete_exactly_once_in_order": complete,
         "stalled": stalled,
+        # Where the words' delay goes, from PAW's own histograms (bucket bounds): on the
+        # worker from a line read to its live append, on the web from there to the socket.
+        "relay_stages": {
+            stage: bucket_quantiles(relay_before[stage], relay_after[stage])
+            for stage in RELAY_STAGES
+        },
     }
 
 
@@ -481,6 +546,8 @@ def main() -> None:
             "PAW_THROTTLE_RUNS": "100000/min",
         }
         fake_env = bench_env(
+            PAW_METRICS_TOKEN=METRICS_TOKEN,
+            PAW_WORKER_METRICS_PORT=str(free_port()),
             PAW_HARNESS_CMD=FAKE,
             PAW_SANDBOX_ISOLATION="none",
             PAW_MAX_SANDBOXES_PER_NODE=str(max(args.concurrent + 10, 50)),
