@@ -46,6 +46,7 @@ run: $(VENV)/.installed
 	  echo "Created a local secret key in $(SECRET_KEY_FILE) (keep it; set PAW_SECRET_KEY in production)."; \
 	fi && \
 	export PAW_VAR_DIR="$(PAW_VAR_DIR)" PAW_SECRET_KEY="$${PAW_SECRET_KEY:-$$(cat "$(SECRET_KEY_FILE)")}" && \
+	$(PY) manage.py runpaw --check && \
 	$(PY) manage.py migrate --noinput && \
 	$(PY) manage.py ensure_admin && \
 	exec $(PY) manage.py runpaw

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import sqlite3
+import time
 
 import pytest
 
@@ -314,6 +315,31 @@ def test_staff_save_a_run_sql_as_an_example_of_its_datasource(
     assert "no such table: tips" in status.inner_text()
     assert KnowledgeEntry.objects.filter(datasource=tips_datasource, kind="example").count() == 1
     assert_no_page_errors(chat, allow=("Failed to load resource",))
+
+
+def test_a_message_sent_right_after_a_tick_runs_with_the_datasource(
+    tips_datasource, chat, scripted_model
+):
+    """The choice is saved with a request of its own; a message sent while it is on its
+    way waits for it (a run started first went without the datasource)."""
+    scripted_model.load({"api_key": SCRIPTED_API_KEY, "responses": ["Noted."]})
+    page = chat.page
+    page.get_by_role("button", name="New conversation").click()  # made by the first tick
+
+    def slow_save(route) -> None:  # the choice's PATCH takes its time
+        if route.request.method == "PATCH":
+            time.sleep(0.5)
+        route.continue_()
+
+    page.route("**/api/conversations/*", slow_save)
+    picker = page.locator("#datasource-picker")
+    picker.locator("summary").click()
+    picker.get_by_label("Tips").check()
+    ask(page, "what can you query?")  # at once: the choice is still being saved
+    page.locator(".answer", has_text="Noted.").wait_for(timeout=90_000)
+    run = Run.objects.get(prompt="what can you query?")
+    assert run.datasources == ["tips"]
+    assert run.conversation.datasources == ["tips"]
 
 
 def test_the_picker_drops_a_datasource_disabled_since_it_was_chosen(tips_datasource, chat):

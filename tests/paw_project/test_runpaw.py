@@ -352,6 +352,44 @@ def test_a_port_in_use_is_refused_at_once_with_exit_code_1(tmp_path):
     assert "PAW is starting" not in result.stdout  # refused before starting anything
 
 
+def test_the_check_before_make_run_migrates_finds_a_busy_port_and_a_running_paw(
+    tmp_path, migrated_sqlite
+):
+    """`make run` runs `runpaw --check` before it migrates and creates the administrator
+    (whose password is printed once): a busy port or another PAW on the same PAW_VAR_DIR is
+    said first; a free one passes and leaves both free."""
+
+    def check(port: int, var: Path) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [PYTHON, "manage.py", "runpaw", "--check"],
+            cwd=ROOT,
+            env={**os.environ, **embedded_env(var, tmp_path / "check.sqlite3", port)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        refused = check(busy.getsockname()[1], tmp_path / "var-a")
+    assert refused.returncode == 1, refused
+    assert "is already in use" in refused.stderr
+
+    port = free_port()
+    passed = check(port, tmp_path / "var-b")
+    assert passed.returncode == 0, passed
+    with socket.socket() as again:  # nothing kept: the port is free after the check
+        again.bind(("127.0.0.1", port))
+
+    process, running_port = embedded_paw(tmp_path, migrated_sqlite)
+    with process as first:
+        wait_http(f"http://127.0.0.1:{running_port}/healthz", process=first)
+        other = check(free_port(), tmp_path / "var")
+        assert other.returncode == 1, other
+        assert f"Another PAW (pid {first.pid}) is already running" in other.stderr
+
+
 @pytest.mark.parametrize("value", ["0", "70000", "eighty"])
 def test_an_invalid_paw_port_is_refused_clearly(tmp_path, value):
     env = {**embedded_env(tmp_path, tmp_path / "paw.sqlite3"), "PAW_PORT": value}

@@ -181,6 +181,14 @@ class Command(BaseCommand):
         parser.add_argument(
             "--grace", type=float, default=30.0, help="seconds a child gets to stop (default 30)"
         )
+        parser.add_argument(
+            "--check",
+            action="store_true",
+            help="only check that PAW could start here (its port is free, no other PAW runs "
+            "on PAW_VAR_DIR), and exit: `make run` does so before it migrates and creates "
+            "the administrator, so that a busy port is said before a one-time password is "
+            "printed",
+        )
 
     def _say(self, message: str, *, error: bool = False) -> None:
         """A line for the person at the terminal; a log line when logs are JSON."""
@@ -192,12 +200,24 @@ class Command(BaseCommand):
 
     def handle(self, *args, host: str, port: int, grace: float, **options) -> None:
         try:
+            if options.get("check"):
+                self._check(host, port)
+                return
             self._start(host, port, grace)
         except CommandError as exc:
             if not settings.PAW_LOG_JSON:
                 raise
             logger.error("%s", exc)  # one JSON line, not Django's plain "CommandError: ..."
             sys.exit(exc.returncode)
+
+    def _check(self, host: str, port: int) -> None:
+        """Raise :class:`CommandError` as :meth:`_start` would for the port or the lock."""
+        lock = lock_var_dir() if settings.EMBEDDED else None
+        try:
+            listen_socket(host, port).close()
+        finally:
+            if lock is not None:
+                os.close(lock)
 
     def _start(self, host: str, port: int, grace: float) -> None:
         # What PAW writes from here on (the SQLite file's journal, workspaces, uploads) is

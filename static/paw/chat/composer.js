@@ -44,6 +44,7 @@ export function setupComposer(page) {
     updateRunControls();
     try {
       const id = await page.ensureConversation();
+      if (page.datasources) await page.datasources.settled();
       const untitled = !state.conversation?.title;
       const body = { prompt: text };
       const attached = page.attachments ? page.attachments.paths() : [];

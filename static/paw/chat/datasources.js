@@ -54,6 +54,11 @@ export class DatasourcePicker {
     );
   }
 
+  /** Resolves once the last change of the choice is saved (or failed). */
+  settled() {
+    return this.saving || Promise.resolve();
+  }
+
   async changed(box) {
     const previous = [...this.chosen];
     // A datasource disabled or deleted since it was chosen is dropped (PAW would refuse it).
@@ -61,8 +66,11 @@ export class DatasourcePicker {
     const kept = this.chosen.filter((slug) => known.has(slug));
     const wanted = box.checked ? [...kept, box.value] : kept.filter((slug) => slug !== box.value);
     this.root.dataset.saving = "";
+    const saving = this.save(wanted);
+    // A message sent right after a tick waits for it (settled()): its run gets the choice.
+    this.saving = saving.then(() => {}, () => {});
     try {
-      this.chosen = await this.save(wanted);
+      this.chosen = await saving;
     } catch (error) {
       this.chosen = previous;
       this.onError(error.message);
