@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import json
 import logging
 import re
@@ -53,6 +54,7 @@ from conversations.selectors.conversations import conversation_get
 from conversations.selectors.events import (
     EventText,
     conversation_cursor_async,
+    cursor_ceiling_async,
     event_texts_after_async,
 )
 from conversations.selectors.messages import pending_messages
@@ -88,6 +90,7 @@ QUIET_CHECK_SECONDS = 2.0
 #: Live appends a connection holds while its client reads slowly; past that it drops them
 #: and reads the log back instead (memory stays bounded whoever is slow).
 LIVE_QUEUE_MAX = 1000
+LIVE_QUEUE_MAX_BYTES = 8 << 20
 
 
 @database_sync_to_async
@@ -120,6 +123,18 @@ class PawConsumer(AsyncJsonWebsocketConsumer):
         if handler is None:
             raise ValueError(f"No handler for message type {message['type']}")
         await handler(message)
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """Run the connection, and release what it holds however it ends: Channels calls
+        ``disconnect`` only on a disconnect message, not when the channel layer fails
+        (Redis restarted) and the connection ends with an error."""
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self.release()
+
+    async def release(self) -> None:
+        """Let go of what the connection holds (subscriptions, tasks); idempotent."""
 
 
 class ConversationConsumer(PawConsumer):
@@ -157,6 +172,7 @@ class ConversationConsumer(PawConsumer):
         self.cursor = 0
         self._sending = asyncio.Lock()  # live sends and read-backs, one at a time
         self._live: collections.deque[tuple[int, int, list[str]]] = collections.deque()
+        self._live_bytes = 0
         self._behind = False  # live appends were dropped: read back before going on
         self._wake = asyncio.Event()
         # Follow first, then read: nothing appended from here on can be missed.
@@ -221,12 +237,19 @@ class ConversationConsumer(PawConsumer):
         self._stop_timers()
         await super().close(code=code, reason=reason)
 
-    async def disconnect(self, code: int) -> None:
+    async def release(self) -> None:
         self._stop_timers()
-        if self._pump is not None:
-            self._pump.cancel()
-        if self._hub is not None:
-            await self._hub.leave(self.conversation_id, self)
+        pump, self._pump = getattr(self, "_pump", None), None
+        if pump is not None:
+            pump.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await pump
+        hub, self._hub = getattr(self, "_hub", None), None
+        if hub is not None:
+            await hub.leave(self.conversation_id, self)
+
+    async def disconnect(self, code: int) -> None:
+        await self.release()
         if self.group is not None:
             await self.channel_layer.group_discard(self.group, self.channel_name)
             for group in self.revocation_groups:
@@ -291,7 +314,7 @@ class ConversationConsumer(PawConsumer):
             await self._error("rate_limited", "Resume at most once a second.")
             return
         self._resumed_at = now
-        current = await conversation_cursor_async(conversation_id=self.conversation_id)
+        current = await cursor_ceiling_async(conversation_id=self.conversation_id)
         async with self._sending:
             # A cursor from the future would hide the events still to come: clamp it.
             self.cursor = min(after, current)
@@ -327,12 +350,16 @@ class ConversationConsumer(PawConsumer):
 
     def live_batch(self, first: int, sent_ms: int, texts: list[str]) -> None:
         """From the hub: the live log's append of events ``first``… (queued for the pump;
-        a connection holding :data:`LIVE_QUEUE_MAX` of them drops them and reads back)."""
-        if len(self._live) >= LIVE_QUEUE_MAX:
+        a connection holding :data:`LIVE_QUEUE_MAX` of them, or
+        :data:`LIVE_QUEUE_MAX_BYTES`, drops them and reads back)."""
+        size = sum(len(text) for text in texts)
+        if len(self._live) >= LIVE_QUEUE_MAX or self._live_bytes + size > LIVE_QUEUE_MAX_BYTES:
             self._live.clear()
+            self._live_bytes = 0
             self._behind = True
         else:
             self._live.append((first, sent_ms, texts))
+            self._live_bytes += size
         self._wake.set()
 
     def live_resync(self) -> None:
@@ -355,6 +382,7 @@ class ConversationConsumer(PawConsumer):
                                 await self._fill(until=None, reason="resync")
                             continue
                         first, sent_ms, texts = self._live.popleft()
+                        self._live_bytes -= sum(len(text) for text in texts)
                         await self._deliver(
                             [(first + index, text) for index, text in enumerate(texts)],
                             sent_at=sent_ms / 1000,
@@ -428,10 +456,10 @@ class ConversationConsumer(PawConsumer):
                 until=until,
                 limit=REPLAY_PAGE,
             )
+            if not page:  # a page may be cut short by its size: read until none is left
+                return
             await self._send_events(page)
             metrics.events_replayed(reason=reason, count=len(page))
-            if len(page) < REPLAY_PAGE:
-                return
 
     async def _send_events(self, events: list[EventText]) -> None:
         """Send ``events`` (after ``self.cursor``, in cursor order), each given as its JSON
@@ -445,7 +473,7 @@ class ConversationConsumer(PawConsumer):
                 text_data='{"type":"run.events","events":['
                 + ",".join(text for _, text in events)
                 + "]}"
-            )
+            )  # a read-back page is at most READ_BACK_MAX_BYTES (and one event) of texts
             self.cursor = events[-1][0]
             return
         for cursor, text in events:

@@ -17,13 +17,15 @@ first and then reads the stream after its last cursor misses nothing and gets no
 twice (:class:`LiveHub` for the subscribers; :func:`read` for the stream).
 
 PostgreSQL stays the durable copy: the writer stores each event with its cursor right
-after the append (``conversations.services.events``), and a stream keeps only its
-newest :data:`KEEP` entries (trimmed approximately) for :data:`STREAM_TTL_MS` after the
-last append. The counter lives longer (:data:`COUNTER_TTL_MS`); when it is gone (a new
-conversation, Redis restarted, or the conversation was idle for a week) the next append
-seeds it from the writer's ``seed()``: for a conversation with stored events, the stored
-cursor plus :data:`RESEED_GAP`, so a cursor handed out before a restart and not stored yet
-is never handed out again. Cursors therefore increase but may skip numbers.
+after the append (``conversations.services.events``). A stream loses only entries that
+the reaper has checked are stored, a minute after their append (:func:`trim_stored`),
+so a reader that reads the database below the stream's oldest entry finds everything;
+it is removed when emptied, or :data:`STREAM_TTL_MS` after its last append. The counter
+lives longer (:data:`COUNTER_TTL_MS`); when it is gone (a new conversation, Redis
+restarted, or the conversation was idle for a week) the next append seeds it from the
+writer's ``seed()``: for a conversation with stored events, the stored cursor plus
+:data:`RESEED_GAP`, so a cursor handed out before a restart and not stored yet is never
+handed out again. Cursors therefore increase but may skip numbers.
 
 This module knows Redis and the message format, nothing of PAW's models.
 """
@@ -48,22 +50,21 @@ from redis.backoff import NoBackoff
 
 logger = logging.getLogger(__name__)
 
-#: Entries a stream keeps (approximately: Redis trims whole nodes, ``MAXLEN ~``).
-KEEP = 5000
-#: A stream is removed this long after its last append (ms).
+#: A stream is removed this long after its last append (ms); before that, the reaper
+#: trims what it has checked is stored (:func:`trim_stored`).
 STREAM_TTL_MS = 24 * 3600 * 1000
 #: A counter is removed this long after its last append (ms); then it is seeded again.
 COUNTER_TTL_MS = 7 * 24 * 3600 * 1000
 #: How far above the stored cursor the counter of a conversation with stored events is
 #: seeded: more than the events writers may hold between their append and their storage
-#: (a node's pipeline holds at most 20,000 reads).
+#: (a node's pipeline holds at most ``sandboxes.pipeline.MAX_UNSTORED_EVENTS``, 20,000).
 RESEED_GAP = 100_000
 #: The name a hub's connection gives itself (``CLIENT LIST`` shows it).
 HUB_CLIENT_NAME = "paw-live-hub"
 #: Seconds between two connection attempts of a hub whose connection broke.
 HUB_RETRY_SECONDS = 0.5
 
-# KEYS: counter, stream. ARGV: seed ("" when unknown), channel, keep, stream ttl ms,
+# KEYS: counter, stream. ARGV: seed ("" when unknown), channel, (unused), stream ttl ms,
 # counter ttl ms, count N, publish ("1" or "0"), N bodies (the client form's JSON without
 # its "{" and cursor), N kinds. Returns the first cursor handed out, or the error NOSEED
 # when the counter is gone and no seed was given.
@@ -89,8 +90,7 @@ for i = 1, n do
   last = last + 1
   local cursor = string.format('%d', last)
   local m = '{"cursor":' .. cursor .. ',' .. ARGV[7 + i]
-  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], cursor .. '-0',
-             'm', m, 'k', ARGV[7 + n + i], 't', ms)
+  redis.call('XADD', KEYS[2], cursor .. '-0', 'm', m, 'k', ARGV[7 + n + i], 't', ms)
   lines[i] = m
 end
 redis.call('SET', KEYS[1], string.format('%d', last), 'PX', ARGV[5])
@@ -133,7 +133,7 @@ def client() -> redis.Redis:
     return found
 
 
-_scripts: dict[int, Any] = {}
+_scripts: dict[Any, Any] = {}
 
 
 def _append_script(connection: redis.Redis) -> Any:
@@ -214,7 +214,7 @@ def _keys(log_id: Any) -> list[str]:
 
 def _args(item: Append, seed: str) -> list[Any]:
     return [
-        seed, channel_name(item.log_id), KEEP, STREAM_TTL_MS, COUNTER_TTL_MS,
+        seed, channel_name(item.log_id), 0, STREAM_TTL_MS, COUNTER_TTL_MS,
         len(item.bodies), int(item.publish), *item.bodies, *item.kinds,
     ]  # fmt: skip
 
@@ -259,20 +259,55 @@ def _entry(item: tuple[bytes, dict[bytes, bytes]]) -> LiveEntry:
     )
 
 
+#: Entries a read asks Redis for at a time (a read stops at its byte budget in between).
+READ_CHUNK = 32
+
+
+def _range(after: int, until: int | None) -> tuple[str, str]:
+    return (f"({after}-0" if after > 0 else "-", f"({until}-0" if until is not None else "+")
+
+
+def _taken(
+    items: list, entries: list[LiveEntry], limit: int, max_bytes: int | None
+) -> tuple[bool, int]:
+    """Add ``items`` to ``entries`` within ``limit`` and the byte budget; the entry that
+    goes past the budget is taken too, so the caller sees that there was more (it keeps
+    at least one entry). ``(whether to read on, the last cursor taken)``."""
+    size = sum(len(entry.text) for entry in entries)
+    for item in items:
+        entry = _entry(item)
+        entries.append(entry)
+        size += len(entry.text)
+        if len(entries) >= limit or (max_bytes is not None and size > max_bytes):
+            return False, entry.cursor
+    return len(items) == READ_CHUNK, entries[-1].cursor if entries else 0
+
+
 def read(
-    log_id: Any, *, after: int, until: int | None = None, limit: int = 1000
+    log_id: Any,
+    *,
+    after: int,
+    until: int | None = None,
+    limit: int = 1000,
+    max_bytes: int | None = None,
 ) -> tuple[int | None, list[LiveEntry]]:
     """``(oldest, entries)``: the oldest cursor the stream still holds (``None``: the
     stream is empty or gone) and up to ``limit`` of its entries with
-    ``after < cursor < until``, in cursor order. Whatever is older than ``oldest`` was
-    trimmed from the stream, and is read from PostgreSQL. One round trip."""
-    high = f"({until}-0" if until is not None else "+"
+    ``after < cursor < until``, in cursor order, stopping at the first one whose text
+    takes them past ``max_bytes`` (included: the caller cuts). Whatever is older than
+    ``oldest`` is stored, and is read from PostgreSQL. Raises ``redis.RedisError``."""
+    key = stream_key(log_id)
+    low, high = _range(after, until)
     pipe = client().pipeline(transaction=False)
-    pipe.xrange(stream_key(log_id), "-", "+", count=1)
-    pipe.xrange(stream_key(log_id), f"({after}-0" if after > 0 else "-", high, count=limit)
-    oldest, entries = pipe.execute()
-    first = _entry(oldest[0]).cursor if oldest else None
-    return first, [_entry(item) for item in entries]
+    pipe.xrange(key, "-", "+", count=1)
+    pipe.xrange(key, low, high, count=min(limit, READ_CHUNK))
+    oldest, items = pipe.execute()
+    entries: list[LiveEntry] = []
+    more, last = _taken(items, entries, limit, max_bytes)
+    while more:
+        items = client().xrange(key, _range(last, None)[0], high, count=READ_CHUNK)
+        more, last = _taken(items, entries, limit, max_bytes)
+    return (_entry(oldest[0]).cursor if oldest else None), entries
 
 
 _async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, redis.asyncio.Redis] = (
@@ -290,16 +325,26 @@ def _async_client() -> redis.asyncio.Redis:
 
 
 async def aread(
-    log_id: Any, *, after: int, until: int | None = None, limit: int = 1000
+    log_id: Any,
+    *,
+    after: int,
+    until: int | None = None,
+    limit: int = 1000,
+    max_bytes: int | None = None,
 ) -> tuple[int | None, list[LiveEntry]]:
     """:func:`read` from an event loop."""
-    high = f"({until}-0" if until is not None else "+"
+    key = stream_key(log_id)
+    low, high = _range(after, until)
     async with _async_client().pipeline(transaction=False) as pipe:
-        pipe.xrange(stream_key(log_id), "-", "+", count=1)
-        pipe.xrange(stream_key(log_id), f"({after}-0" if after > 0 else "-", high, count=limit)
-        oldest, entries = await pipe.execute()
-    first = _entry(oldest[0]).cursor if oldest else None
-    return first, [_entry(item) for item in entries]
+        pipe.xrange(key, "-", "+", count=1)
+        pipe.xrange(key, low, high, count=min(limit, READ_CHUNK))
+        oldest, items = await pipe.execute()
+    entries: list[LiveEntry] = []
+    more, last = _taken(items, entries, limit, max_bytes)
+    while more:
+        items = await _async_client().xrange(key, _range(last, None)[0], high, count=READ_CHUNK)
+        more, last = _taken(items, entries, limit, max_bytes)
+    return (_entry(oldest[0]).cursor if oldest else None), entries
 
 
 async def alast_cursor(log_id: Any) -> int | None:
@@ -315,9 +360,11 @@ def streams() -> Iterator[str]:
         yield text[len("paw:live:{") : -len("}:s")]
 
 
-def entries_older_than(log_id: Any, *, appended_before_ms: int, limit: int = 5000) -> list[LiveEntry]:
-    """The stream's entries appended before ``appended_before_ms`` (epoch ms), oldest first
-    (at most ``limit``)."""
+def entries_older_than(
+    log_id: Any, *, appended_before_ms: int, limit: int = 1000
+) -> list[LiveEntry]:
+    """The stream's oldest entries appended before ``appended_before_ms`` (epoch ms),
+    oldest first (at most ``limit``)."""
     found = []
     for item in client().xrange(stream_key(log_id), "-", "+", count=limit):
         entry = _entry(item)
@@ -325,6 +372,33 @@ def entries_older_than(log_id: Any, *, appended_before_ms: int, limit: int = 500
             break
         found.append(entry)
     return found
+
+
+def trim_stored(log_id: Any, *, through: int) -> None:
+    """Drop the stream's entries up to cursor ``through``, which the caller checked are
+    stored in the database (readers read those there); an emptied stream is removed (the
+    counter stays)."""
+    pipe = client().pipeline(transaction=False)
+    pipe.xtrim(stream_key(log_id), minid=f"{through + 1}-0")
+    pipe.xlen(stream_key(log_id))
+    _, left = pipe.execute()
+    if not left:
+        _delete_if_empty(stream_key(log_id))  # still empty: an append may have come
+
+
+_DELETE_IF_EMPTY = """
+if redis.call('XLEN', KEYS[1]) == 0 then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+def _delete_if_empty(key: str) -> None:
+    connection = client()
+    script = _scripts.get(("delete-if-empty", id(connection)))
+    if script is None:
+        script = connection.register_script(_DELETE_IF_EMPTY)
+        _scripts[("delete-if-empty", id(connection))] = script
+    script(keys=[key])
 
 
 def forget(log_id: Any) -> None:

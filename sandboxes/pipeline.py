@@ -1,25 +1,28 @@
 """The node's event pipeline: runtime lines → events → the domain's effects.
 
-Each sandbox's reader thread hands the lines of one read to :meth:`EventPipeline.submit`,
-which prepares them at once, in that thread: classifies each line once
-(:func:`classify`), masks it, and joins consecutive deltas (:func:`coalesce_deltas`: a
-read holds one line when the pipe is quiet, many when the runtime is ahead, so a busy
-stream becomes fewer, larger events). Then:
+The node's reader thread (``sandboxes.pool.OutputReader``) hands the reads of one round,
+every sandbox's, to :meth:`EventPipeline.submit_many`, which prepares them at once, in
+that thread: classifies each line once (:func:`classify`), masks it, and joins
+consecutive deltas (:func:`coalesce_deltas`: a read holds one line when the pipe is
+quiet, many when the runtime is ahead, so a busy stream becomes fewer, larger events).
+Then:
 
-* **Redis mode**: the events go live at once through the conversation's live log
-  (``events_relay``: cursors, the stream, the websockets), still in the reader thread,
-  and are queued for the node's writer thread, which stores whatever has queued in one
-  transaction (``events_store``, with their cursors), hands the lines that change their
-  run to the domain (:class:`~conversations.services.run_effects.RunEffects`: what a
-  line *does* is decided there) and updates the sandboxes' own rows (busy, ready). The
-  database write is off the latency path; readers merge the live log and the database,
-  so a client resumes without a gap (docs/api.md, "The live path").
+* **Redis mode**: the events go live at once through the conversations' live logs
+  (``events_relay_many``: cursors, the streams, the websockets; one round trip for the
+  round), still in the reader thread, and are queued for the node's writer thread,
+  which stores whatever has queued in one transaction (``events_store``, with their
+  cursors), hands the lines that change their run to the domain
+  (:class:`~conversations.services.run_effects.RunEffects`: what a line *does* is
+  decided there) and updates the sandboxes' own rows (busy, ready). The database write
+  is off the latency path; readers merge the live log and the database, so a client
+  resumes without a gap (docs/api.md, "The live path").
 * **Embedded mode**: the writer stores the events first (``events_append``: cursors in
   commit order) and they are sent after commit; effects as above.
 
-A lost database connection is retried with backoff while the queue holds the batches; an
-unreachable Redis is retried by the reader, which stops reading meanwhile (the runtime
-then waits on its own stdout: nothing is lost).
+A lost database connection is retried with backoff, until it works, while the queue holds
+the batches; an unreachable Redis is retried by the reader, which stops reading meanwhile
+(the runtimes then wait on their own stdout: nothing is lost). At most
+:data:`MAX_UNSTORED_EVENTS` events sent live wait for the writer.
 
 Runs on the node side only.
 """
@@ -36,7 +39,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import redis
-from django.db import InterfaceError, OperationalError, connection, transaction
+from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
 from conversations.services import events as event_services
@@ -51,10 +54,14 @@ logger = logging.getLogger(__name__)
 
 MAX_BATCH_LINES = 2000
 QUEUE_MAX_ITEMS = 20_000
+#: Events sent live and not stored yet that the node holds at most: past it, reading
+#: waits for the writer (the runtimes then wait on their stdout). It bounds what a Redis
+#: restart can find in flight (``paw_project.live_log.RESEED_GAP`` is well above it).
+MAX_UNSTORED_EVENTS = 20_000
+#: Seconds between attempts to store a batch (the database away) or to send a read's
+#: events (Redis away, or the database a new counter is seeded from): the last one
+#: repeats until it works. Nothing is dropped: reading waits meanwhile.
 RETRY_DELAYS = (0.1, 0.5, 1.0, 2.0, 5.0)
-#: Seconds between attempts to reach Redis with a read's events, and how many (about a
-#: minute in all) before they are dropped (logged).
-RELAY_RETRY_DELAYS = (0.1, 0.5, 1.0, 2.0, *([5.0] * 11))
 
 
 @dataclass
@@ -155,6 +162,9 @@ def prepare(sandbox: SandboxProcess, entries: list[ReadEntry]) -> _Batch:
     batch = _Batch(sandbox=sandbox, lines=len(entries))
     for entry in entries:
         line_type, kind, payload, effect = classify(entry)
+        # What a runtime names a line or a notify kind is its own text too: masked like the
+        # rest (they are stored and shown as the event's type and kind).
+        line_type, kind = sandbox.mask_text(line_type), sandbox.mask_text(kind)
         if line_type == "delta" and entry.run is not None and batch.streamed is None:
             batch.streamed = entry.run
         if effect in (LineKind.START, LineKind.RESULT):
@@ -167,6 +177,8 @@ def prepare(sandbox: SandboxProcess, entries: list[ReadEntry]) -> _Batch:
                     )
                 )  # fmt: skip
         payload = sandbox.mask(payload)
+        if isinstance(entry.line, protocol.Malformed):  # masked whole first, then cut
+            payload["message"] = payload["message"][: protocol.MALFORMED_TEXT_CHARS]
         batch.drafts.append(
             EventDraft(run_id=entry.run_id, type=line_type, kind=kind, payload=payload)
         )
@@ -198,6 +210,8 @@ class EventPipeline:
         self._idle.set()
         self._on_exit: list[Any] = []
         self._effects = RunEffects()  # used by the writer thread only
+        self._room = threading.Condition()
+        self._unstored = 0  # events sent live, not stored yet (MAX_UNSTORED_EVENTS)
 
     def start(self) -> None:
         if self._thread is None or not self._thread.is_alive():
@@ -229,14 +243,19 @@ class EventPipeline:
         self._idle.clear()
         batches = [prepare(sandbox, entries) for sandbox, entries in reads]
         if live_log.enabled():
+            with self._room:
+                while self._unstored >= MAX_UNSTORED_EVENTS:
+                    self._room.wait(1.0)
             self._relay(batches)
+            with self._room:
+                self._unstored += sum(len(batch.events or ()) for batch in batches)
         for batch in batches:
             self._queue.put(batch)
 
     def _relay(self, batches: list[_Batch]) -> None:
         """Give the batches' events their cursors and send them live, in one round trip
-        (retrying while Redis is away; when it stays away they are dropped, logged, and
-        their batches keep ``events = None``). A run's result goes out once the run is
+        (retrying while Redis, or the database a lost counter is seeded from, is away:
+        reading waits meanwhile). A run's result goes out once the run is
         finished in the database (a client that gets it may ask for the run): from it on,
         a batch's events are put in the live log now and published on commit (``held``)."""
         appends: list[tuple[uuid.UUID, list[EventDraft], bool]] = []
@@ -247,18 +266,20 @@ class EventPipeline:
             )
             cid = batch.sandbox.conversation_id
             appends += [(cid, drafts[:hold], True), (cid, drafts[hold:], False)]
-        for delay in (*RELAY_RETRY_DELAYS, None):
+        attempt = 0
+        while True:
             try:
                 relayed = event_services.events_relay_many(appends=appends)
                 break
-            except redis.RedisError as exc:
-                if delay is None:
-                    logger.error(
-                        "event pipeline: Redis unavailable; the events of %d read(s) dropped",
-                        len(batches),
-                    )
-                    return
-                logger.warning("event pipeline: Redis error (%s); retrying in %.1f s", exc, delay)
+            except (redis.RedisError, DatabaseError) as exc:
+                delay = RETRY_DELAYS[min(attempt, len(RETRY_DELAYS) - 1)]
+                attempt += 1
+                logger.warning(
+                    "event pipeline: cannot send %d read(s) live (%s); retrying in %.1f s",
+                    len(batches), exc, delay,
+                )  # fmt: skip
+                if isinstance(exc, DatabaseError):
+                    connection.close()
                 time.sleep(delay)
         for index, batch in enumerate(batches):
             now, held = relayed[2 * index], relayed[2 * index + 1]
@@ -313,6 +334,9 @@ class EventPipeline:
                 self._process(batches)
             except Exception:
                 logger.exception("event pipeline: a batch failed")
+            with self._room:
+                self._unstored -= sum(len(batch.events or ()) for batch in batches)
+                self._room.notify_all()
             if self._queue.empty():
                 self._idle.set()
         connection.close()
@@ -327,16 +351,19 @@ class EventPipeline:
                 self._with_retries(self._exit, batch)
 
     def _with_retries(self, func: Any, arg: Any) -> None:
-        """Run ``func(arg)``; on a lost database connection retry with backoff (the queue
-        holds the lines meanwhile). Other errors are logged and the batch is skipped."""
-        for delay in (*RETRY_DELAYS, None):
+        """Run ``func(arg)``; on a lost database connection retry with backoff until it
+        works (the queue holds the lines meanwhile, and reading waits when it is full: a
+        batch is never dropped for an outage, since its effects, a run's end among them,
+        would be lost with it). Other errors are logged and the batch is skipped; its events
+        are in the live log, where the reaper finds them (``events_reconcile``)."""
+        attempt = 0
+        while True:
             try:
                 func(arg)
                 return
             except (OperationalError, InterfaceError) as exc:
-                if delay is None:
-                    logger.exception("event pipeline: database unavailable, batch dropped")
-                    return
+                delay = RETRY_DELAYS[min(attempt, len(RETRY_DELAYS) - 1)]
+                attempt += 1
                 logger.warning(
                     "event pipeline: database error (%s); retrying in %.1f s", exc, delay
                 )

@@ -783,7 +783,7 @@ class SandboxProcess:
             waiter = self._waiters.get(line.op_id or "")
             if line.type == "error":
                 if waiter is not None:
-                    waiter.error = line.message or line.error_code or "refused"
+                    waiter.error = self.mask_text(line.message or line.error_code or "refused")
                     waiter.event.set()
                 if line.op_id and line.op_id in self._quiet:
                     return []
@@ -802,7 +802,8 @@ class SandboxProcess:
                     waiter.event.set()
             problem = self._seq.observe(line.seq)
             if run_id is not None and line.run_id and line.run_id != str(run_id):
-                problem = f"a line for run {line.run_id[:64]!r} arrived during run {run_id}"
+                foreign = self.mask_text(line.run_id)[:64]  # masked whole, then cut
+                problem = f"a line for run {foreign!r} arrived during run {run_id}"
             if problem:
                 entries.append(ReadEntry(run=run, line=protocol.Anomaly(f"protocol: {problem}")))
             if line.type == "result" and run is not None:

@@ -40,9 +40,19 @@ class Line:
     raw: dict[str, Any]
 
 
+#: Characters of a malformed line that are kept and shown.
+MALFORMED_TEXT_CHARS = 4096
+#: Characters of a malformed line that are read: more than are kept, so that a secret
+#: value cut by the limit is still masked whole before the text is cut (values are at
+#: most 8 KiB, ``secrets_vault``).
+MALFORMED_READ_CHARS = MALFORMED_TEXT_CHARS + 8192
+
+
 @dataclass(frozen=True)
 class Malformed:
-    """A line that is not a protocol object; ``text`` is what was read (cut to 4 KiB)."""
+    """A line that is not a protocol object; ``text`` is what was read, up to
+    :data:`MALFORMED_READ_CHARS` (the host masks it, then keeps
+    :data:`MALFORMED_TEXT_CHARS`)."""
 
     text: str
     reason: str
@@ -116,14 +126,14 @@ def parse_line(text: str | bytes) -> ParsedLine:
     try:
         obj = json.loads(text)
     except ValueError as exc:
-        return Malformed(text=text[:4096], reason=f"not JSON: {exc}")
+        return Malformed(text=text[:MALFORMED_READ_CHARS], reason=f"not JSON: {exc}")
     if "\\u0000" in text:
         obj = _without_nul(obj)
     if not isinstance(obj, dict):
-        return Malformed(text=text[:4096], reason="not a JSON object")
+        return Malformed(text=text[:MALFORMED_READ_CHARS], reason="not a JSON object")
     line_type = obj.get("type")
     if not isinstance(line_type, str) or not line_type:
-        return Malformed(text=text[:4096], reason="no type")
+        return Malformed(text=text[:MALFORMED_READ_CHARS], reason="no type")
     if line_type == "ready":
         caps = obj.get("capabilities")
         return Ready(

@@ -57,12 +57,13 @@ class EventListApi(APIView):
         responses={200: EventPageOutput, **error_responses(400, 404)},
     )
     def get(self, request: Request, conversation_id: UUID) -> Response:
-        """Stored events with `cursor > after`, in cursor order (at most `limit`). Poll with
+        """Events with `cursor > after`, in cursor order (at most `limit`, and about 1 MiB
+        of them: a page of large events is cut short, with `has_more`). Poll with
         `after=next_after` and no event is ever missed."""
         query = self.QuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
         after, limit = query.validated_data["after"], query.validated_data["limit"]
-        events = event_list(
+        events, cut = event_list(
             user=request.user, conversation_id=conversation_id, after=after, limit=limit + 1
         )
         page = events[:limit]
@@ -71,7 +72,7 @@ class EventListApi(APIView):
                 {
                     "events": page,
                     "next_after": page[-1].cursor if page else after,
-                    "has_more": len(events) > limit,
+                    "has_more": cut or len(events) > limit,
                 }
             ).data
         )

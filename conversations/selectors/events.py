@@ -28,6 +28,9 @@ logger = logging.getLogger(__name__)
 
 EVENTS_LIMIT_DEFAULT = 100
 EVENTS_LIMIT_MAX = 1000
+#: Bytes of event texts a read-back takes at most (at least one event): a page of large
+#: events (a line may hold 4 MiB) is cut short, the rest read next.
+READ_BACK_MAX_BYTES = 1 << 20
 
 #: One event as a websocket sends it: ``(cursor, its client form as JSON text)``.
 EventText = tuple[int, str]
@@ -41,7 +44,7 @@ def _stored(conversation_id: UUID, after: int, until: int | None, limit: int):
 
 
 def _live(
-    conversation_id: UUID, after: int, until: int | None, limit: int
+    conversation_id: UUID, after: int, until: int | None, limit: int, max_bytes: int | None = None
 ) -> tuple[int | None, list[live_log.LiveEntry]]:
     """``(oldest cursor the stream holds, its entries in the range)``, or ``(None, [])``
     in the embedded mode, or when Redis cannot be reached (logged: readers then get what
@@ -49,17 +52,38 @@ def _live(
     if not live_log.enabled():
         return None, []
     try:
-        return live_log.read(conversation_id, after=after, until=until, limit=limit)
+        return live_log.read(
+            conversation_id, after=after, until=until, limit=limit, max_bytes=max_bytes
+        )
     except redis.RedisError as exc:
         logger.warning("live log unreadable (%s); reading stored events only", exc)
         return None, []
 
 
-def _stored_texts(conversation_id: UUID, after: int, until: int | None, limit: int) -> list[EventText]:
-    return [
-        (event.cursor, json.dumps(event_message(event), ensure_ascii=False))
-        for event in _stored(conversation_id, after, until, limit)
-    ]
+def _stored_texts(
+    conversation_id: UUID, after: int, until: int | None, limit: int, max_bytes: int
+) -> list[EventText]:
+    texts: list[EventText] = []
+    size = 0
+    for event in _stored(conversation_id, after, until, limit).iterator(chunk_size=50):
+        text = json.dumps(event_message(event), ensure_ascii=False)
+        if texts and size + len(text) > max_bytes:
+            break
+        texts.append((event.cursor, text))
+        size += len(text)
+    return texts
+
+
+def _within(texts: list[EventText], entries: list[live_log.LiveEntry], limit: int, max_bytes: int) -> list[EventText]:
+    """``texts`` (from the database) then ``entries`` (the stream's), within ``limit``
+    and the byte budget (at least one event)."""
+    size = sum(len(text) for _, text in texts)
+    for entry in entries:
+        if len(texts) >= limit or (texts and size + len(entry.text) > max_bytes):
+            break
+        texts.append((entry.cursor, entry.text))
+        size += len(entry.text)
+    return texts
 
 
 def _below(oldest: int | None, until: int | None) -> int | None:
@@ -71,22 +95,32 @@ def _below(oldest: int | None, until: int | None) -> int | None:
 
 
 def event_texts_after(
-    *, conversation_id: UUID, after: int, until: int | None = None, limit: int = EVENTS_LIMIT_MAX
+    *,
+    conversation_id: UUID,
+    after: int,
+    until: int | None = None,
+    limit: int = EVENTS_LIMIT_MAX,
+    max_bytes: int = READ_BACK_MAX_BYTES,
 ) -> list[EventText]:
     """Up to ``limit`` events of the conversation with ``after < cursor`` (and
     ``cursor < until`` when given), in cursor order, each as ``(cursor, JSON text of its
-    client form {"cursor", "run_id", "event"})``. Not scoped to a user: the caller (the
-    websocket, after its access check) names the conversation."""
-    oldest, entries = _live(conversation_id, after, until, limit)
+    client form {"cursor", "run_id", "event"})``, their texts within ``max_bytes`` (at
+    least one event; an empty list means there is none). Not scoped to a user: the
+    caller (the websocket, after its access check) names the conversation."""
+    oldest, entries = _live(conversation_id, after, until, limit, max_bytes)
     texts: list[EventText] = []
     if oldest is None or oldest > after + 1:
-        texts = _stored_texts(conversation_id, after, _below(oldest, until), limit)
-    texts += [(entry.cursor, entry.text) for entry in entries[: limit - len(texts)]]
-    return texts
+        texts = _stored_texts(conversation_id, after, _below(oldest, until), limit, max_bytes)
+    return _within(texts, entries, limit, max_bytes)
 
 
 async def event_texts_after_async(
-    *, conversation_id: UUID, after: int, until: int | None = None, limit: int = EVENTS_LIMIT_MAX
+    *,
+    conversation_id: UUID,
+    after: int,
+    until: int | None = None,
+    limit: int = EVENTS_LIMIT_MAX,
+    max_bytes: int = READ_BACK_MAX_BYTES,
 ) -> list[EventText]:
     """:func:`event_texts_after` from an event loop: the live log is read without leaving
     the loop, the database (only when the stream does not reach back far enough) on the
@@ -96,36 +130,54 @@ async def event_texts_after_async(
     if live_log.enabled():
         try:
             oldest, entries = await live_log.aread(
-                conversation_id, after=after, until=until, limit=limit
+                conversation_id, after=after, until=until, limit=limit, max_bytes=max_bytes
             )
         except redis.RedisError as exc:
             logger.warning("live log unreadable (%s); reading stored events only", exc)
     texts: list[EventText] = []
     if oldest is None or oldest > after + 1:
         texts = await database_sync_to_async(_stored_texts)(
-            conversation_id, after, _below(oldest, until), limit
+            conversation_id, after, _below(oldest, until), limit, max_bytes
         )
-    texts += [(entry.cursor, entry.text) for entry in entries[: limit - len(texts)]]
-    return texts
+    return _within(texts, entries, limit, max_bytes)
 
 
 def event_list(
-    *, user: User, conversation_id: UUID | str, after: int = 0, limit: int = EVENTS_LIMIT_DEFAULT
-) -> list[RunEvent]:
-    """Up to ``limit`` events of the conversation with ``cursor > after``, by cursor
-    (events still only in the live log come as unsaved :class:`RunEvent` objects).
+    *,
+    user: User,
+    conversation_id: UUID | str,
+    after: int = 0,
+    limit: int = EVENTS_LIMIT_DEFAULT,
+    max_bytes: int = READ_BACK_MAX_BYTES,
+) -> tuple[list[RunEvent], bool]:
+    """``(events, cut)``: up to ``limit`` events of the conversation with
+    ``cursor > after``, by cursor (events still only in the live log come as unsaved
+    :class:`RunEvent` objects), their payloads within ``max_bytes`` (at least one event);
+    ``cut`` when the byte budget left events out (more follow the last one).
 
     A client that polls with ``after`` = the last cursor it saw never misses an event:
     every event below the newest one returned is readable already (module docstring).
     Raises ``NotFound`` (404) for a conversation that is not the user's.
     """
     conversation = conversation_get(user=user, conversation_id=conversation_id)
-    oldest, entries = _live(conversation.id, after, None, limit)
-    events: list[RunEvent] = []
+    oldest, entries = _live(conversation.id, after, None, limit, max_bytes)
+    candidates: list[tuple[RunEvent, int]] = []
     if oldest is None or oldest > after + 1:
-        events = list(_stored(conversation.id, after, oldest, limit))
-    events += [_unsaved(conversation, entry) for entry in entries[: limit - len(events)]]
-    return events
+        for event in _stored(conversation.id, after, oldest, limit).iterator(chunk_size=50):
+            candidates.append((event, len(json.dumps(event.payload, ensure_ascii=False))))
+            if sum(size for _, size in candidates) > max_bytes:
+                break
+    candidates += [(_unsaved(conversation, entry), len(entry.text)) for entry in entries]
+    events: list[RunEvent] = []
+    size = 0
+    for event, event_size in candidates:
+        if len(events) >= limit:
+            break
+        if events and size + event_size > max_bytes:
+            return events, True
+        events.append(event)
+        size += event_size
+    return events, False
 
 
 def _unsaved(conversation: Conversation, entry: live_log.LiveEntry) -> RunEvent:
@@ -165,6 +217,26 @@ async def conversation_cursor_async(*, conversation_id: UUID) -> int:
             handed_out = None
         if handed_out is not None:
             return handed_out
+    return await database_sync_to_async(_stored_cursor)(conversation_id)
+
+
+async def cursor_ceiling_async(*, conversation_id: UUID) -> int:
+    """The highest cursor a client can hold: the live log's counter, or, when Redis lost
+    it, where its next seed starts (``RESEED_GAP`` above the stored cursor, or 0 when
+    nothing is stored): events sent live before the loss and not stored yet lie below
+    that, and a client that has them must not be sent them again when they are stored.
+    A resume's ``after`` is cut to this (a cursor from the future would hide the events
+    still to come)."""
+    if live_log.enabled():
+        try:
+            handed_out = await live_log.alast_cursor(conversation_id)
+        except redis.RedisError as exc:
+            logger.warning("live log unreadable (%s); using the stored cursor", exc)
+            handed_out = None
+        if handed_out is not None:
+            return handed_out
+        stored = await database_sync_to_async(_stored_cursor)(conversation_id)
+        return stored + live_log.RESEED_GAP if stored else 0
     return await database_sync_to_async(_stored_cursor)(conversation_id)
 
 

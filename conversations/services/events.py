@@ -48,8 +48,11 @@ from paw_project import broadcast, live_log, metrics
 logger = logging.getLogger(__name__)
 
 #: Seconds an event may sit in the live log before :func:`events_reconcile` stores it
-#: itself (its writer stores it within milliseconds, or retries for about 10 s).
+#: itself (its writer stores it within milliseconds, or keeps retrying through an outage:
+#: then the first of the two wins, and the other leaves it as it is).
 RECONCILE_AFTER_SECONDS = 60
+#: Events the reaper checks per query.
+RECONCILE_PAGE = 1000
 
 
 class ConversationGone(Conversation.DoesNotExist):
@@ -290,8 +293,12 @@ def _model(conversation_id: UUID, event: StoredEvent, now: datetime) -> RunEvent
 
 
 def _copy(rows: Iterable[tuple[UUID, StoredEvent]], now: datetime) -> None:
+    """One ``COPY`` of ``rows``. psycopg's errors come out as Django's (an
+    ``IntegrityError`` for a cursor stored already), as from any other statement: the
+    copy is made on the driver's own cursor, under Django's error wrapper."""
     table = connection.ops.quote_name(RunEvent._meta.db_table)
     with (
+        connection.wrap_database_errors,
         connection.cursor() as cursor,
         cursor.cursor.copy(f"COPY {table} ({', '.join(_COPY_COLUMNS)}) FROM STDIN") as copy,
     ):
@@ -306,11 +313,12 @@ def events_append(*, conversation_id: UUID, drafts: Sequence[EventDraft]) -> lis
     """Store ``drafts`` as events of the conversation, in order, with new cursors, and
     send them to the conversation's websockets.
 
-    Redis mode: sent at once through the live log, then stored in the caller's
-    transaction (or its own); should that transaction roll back, the reconciler stores
-    them later (they were shown). Embedded mode: stored, and sent (one channel-layer
-    message for the lot) once the transaction commits; on PostgreSQL the rows go in with
-    one ``COPY``, on SQLite through the ORM.
+    Redis mode: put in the live log at once and stored in the caller's transaction (or
+    its own); sent to the websockets once that commits (at once outside a transaction).
+    Should it roll back, the reaper stores them later (they may have been read back).
+    Embedded mode: stored, and sent (one channel-layer message for the lot) once the
+    transaction commits; on PostgreSQL the rows go in with one ``COPY``, on SQLite
+    through the ORM.
 
     Returns the events. Raises :class:`ConversationGone` if the conversation is gone.
     """
@@ -319,9 +327,19 @@ def events_append(*, conversation_id: UUID, drafts: Sequence[EventDraft]) -> lis
     if live_log.enabled():
         if not Conversation.objects.filter(id=conversation_id).exists():
             raise ConversationGone(f"conversation {conversation_id} does not exist")
-        events = events_relay(conversation_id=conversation_id, drafts=drafts)
+        # Inside a transaction the events go out once it commits, with what it did (a
+        # policy violation with the run's end): a socket would otherwise read back a
+        # run's held result through the gap they make (docs/api.md, "The live path").
+        in_transaction = connection.in_atomic_block
+        events = events_relay(
+            conversation_id=conversation_id, drafts=drafts, publish=not in_transaction
+        )
         if events_store(events={conversation_id: events}):
             raise ConversationGone(f"conversation {conversation_id} does not exist")
+        if in_transaction:
+            transaction.on_commit(
+                lambda: events_publish(conversation_id=conversation_id, events=events)
+            )
         return events
     with transaction.atomic():
         last = _cursor_block(conversation_id, len(drafts))
@@ -346,9 +364,11 @@ def events_append(*, conversation_id: UUID, drafts: Sequence[EventDraft]) -> lis
 def events_reconcile(*, older_than: float = RECONCILE_AFTER_SECONDS) -> int:
     """Redis mode: store every event that has been in a live log for ``older_than``
     seconds without reaching PostgreSQL (its writer was killed between the two, or its
-    transaction rolled back after the event was shown). The live logs of deleted
-    conversations are removed. Returns the number of events stored. Idempotent; run by
-    the beat (``sandboxes.tasks.nodes_reap``)."""
+    transaction rolled back after the event was shown), then drop from the live logs
+    what is checked stored: a stream holds only its last minute and what is not stored
+    yet, and each event is looked at once. The live logs of deleted conversations are
+    removed. Returns the number of events stored. Idempotent; run by the beat
+    (``sandboxes.tasks.nodes_reap``, every 15 s)."""
     if not live_log.enabled():
         return 0
     before_ms = int((time.time() - older_than) * 1000)
@@ -358,31 +378,35 @@ def events_reconcile(*, older_than: float = RECONCILE_AFTER_SECONDS) -> int:
             conversation_id = uuid.UUID(log_id)
         except ValueError:
             continue
-        entries = live_log.entries_older_than(log_id, appended_before_ms=before_ms)
-        if not entries:
-            continue
-        known = set(
-            RunEvent.objects.filter(
-                conversation_id=conversation_id,
-                cursor__gte=entries[0].cursor,
-                cursor__lte=entries[-1].cursor,
-            ).values_list("cursor", flat=True)
-        )
-        missing = [entry for entry in entries if entry.cursor not in known]
-        if not missing:
-            continue
-        events = [_from_live(entry) for entry in missing]
-        with transaction.atomic():
-            gone = events_store(events={conversation_id: events})
-        if gone:
-            live_log.forget(conversation_id)
-            continue
-        logger.warning(
-            "live log: stored %d event(s) of conversation %s that their writer had not",
-            len(events),
-            conversation_id,
-        )
-        stored += len(events)
+        while True:
+            entries = live_log.entries_older_than(
+                log_id, appended_before_ms=before_ms, limit=RECONCILE_PAGE
+            )
+            if not entries:
+                break
+            known = set(
+                RunEvent.objects.filter(
+                    conversation_id=conversation_id,
+                    cursor__gte=entries[0].cursor,
+                    cursor__lte=entries[-1].cursor,
+                ).values_list("cursor", flat=True)
+            )
+            missing = [_from_live(entry) for entry in entries if entry.cursor not in known]
+            if missing:
+                with transaction.atomic():
+                    gone = events_store(events={conversation_id: missing})
+                if gone:
+                    live_log.forget(conversation_id)
+                    break
+                logger.warning(
+                    "live log: stored %d event(s) of conversation %s that their writer had not",
+                    len(missing),
+                    conversation_id,
+                )
+                stored += len(missing)
+            live_log.trim_stored(log_id, through=entries[-1].cursor)
+            if len(entries) < RECONCILE_PAGE:
+                break
     return stored
 
 

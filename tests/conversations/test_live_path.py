@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import time
 from contextlib import contextmanager
 from uuid import UUID
 
@@ -18,6 +19,7 @@ import pytest
 import redis
 from channels.db import database_sync_to_async
 from django.conf import settings
+from django.db import transaction
 from django.test import Client
 from prometheus_client import REGISTRY
 
@@ -167,6 +169,19 @@ def test_a_lost_live_log_continues_above_every_cursor_handed_out():
     assert Conversation.objects.get(id=conversation.id).event_cursor == after.cursor
 
 
+def test_an_event_stored_already_is_left_as_it_is_and_the_others_are_stored():
+    """The reaper may store a slow writer's events first: the writer's copy then fails on
+    their cursors, and it stores the rest row by row instead of losing its whole batch."""
+    conversation = ConversationFactory()
+    events = events_relay(conversation_id=conversation.id, drafts=[draft("a"), draft("b")])
+    assert events_store(events={conversation.id: events[:1]}) == set()  # the reaper, first
+    with transaction.atomic():
+        assert events_store(events={conversation.id: events}) == set()  # then the writer
+        Conversation.objects.filter(id=conversation.id).update(title="the writer's effects")
+    assert stored_cursors(conversation.id) == [1, 2]
+    assert Conversation.objects.get(id=conversation.id).title == "the writer's effects"
+
+
 def test_a_new_conversations_first_event_is_cursor_1_and_its_live_log_goes_with_it(api, user):
     conversation = ConversationFactory(user=user)
     (event,) = events_append(conversation_id=conversation.id, drafts=[draft("hello")])
@@ -268,3 +283,131 @@ async def test_the_live_log_is_what_clients_are_sent(fake_worker):
     published = [json.loads(text) for _, texts in received for text in texts]
     assert sent == published
     assert all(UUID(e["run_id"]) for e in sent)
+
+
+def relay_many(conversation_id, count: int, text: str = "") -> list:
+    """``count`` events put in the live log (and sent), none stored: a writer far behind."""
+    events = []
+    for first in range(0, count, 500):
+        drafts = [draft(f"{n}{text}") for n in range(first, min(count, first + 500))]
+        events += events_relay(conversation_id=conversation_id, drafts=drafts)
+    return events
+
+
+def test_events_not_stored_yet_stay_readable_however_many_wait(api, user):
+    """The stream never drops an event before it is stored: a writer thousands of events
+    behind (a row locked, the database away) leaves every one of them readable."""
+    conversation = ConversationFactory(user=user)
+    relay_many(conversation.id, 6000)
+    cursors, after, more = [], 0, True
+    while more:
+        page = api.get(f"/api/conversations/{conversation.id}/events?after={after}&limit=1000").json()
+        cursors += [e["cursor"] for e in page["events"]]
+        after, more = page["next_after"], page["has_more"]
+    assert cursors == list(range(1, 6001))
+    assert live_log.read(conversation.id, after=0, limit=1)[0] == 1
+
+
+def test_the_reaper_drops_from_the_stream_only_what_it_checked_is_stored(api, user):
+    conversation = ConversationFactory(user=user)
+    events = relay_many(conversation.id, 10)
+    events_store(events={conversation.id: events[:6]})  # the writer got this far
+    assert events_reconcile(older_than=3600) == 0  # nothing old enough: nothing touched
+    assert live_log.read(conversation.id, after=0)[0] == 1
+    assert events_reconcile(older_than=0) == 4  # stores the 4 the writer did not
+    assert live_log.read(conversation.id, after=0) == (None, [])  # checked, then dropped
+    page = api.get(f"/api/conversations/{conversation.id}/events?limit=100").json()
+    assert [e["cursor"] for e in page["events"]] == list(range(1, 11))
+
+
+async def test_a_tab_resuming_after_redis_lost_the_counter_is_not_sent_its_events_again():
+    """Events sent live, then Redis lost the live log while they were on their way to the
+    database: a tab resuming from its last cursor gets only what comes after."""
+    conversation = await database_sync_to_async(ConversationFactory)()
+    await database_sync_to_async(events_append)(conversation_id=conversation.id, drafts=[draft("stored")])
+    in_flight = await database_sync_to_async(relay_many)(conversation.id, 5)  # cursors 2..6
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    client.delete(live_log.counter_key(conversation.id), live_log.stream_key(conversation.id))
+    tab = await connect(conversation)
+    await tab.send_json_to({"type": "resume", "after": 6})
+    await database_sync_to_async(events_store)(events={conversation.id: in_flight})
+    (new,) = await database_sync_to_async(events_append)(
+        conversation_id=conversation.id, drafts=[draft("after the restart")]
+    )
+    got = []
+    while not got or got[-1]["cursor"] != new.cursor:
+        message = await tab.receive_json_from(timeout=10)
+        if message["type"] == "run.event":
+            got.append(message)
+    await tab.disconnect()
+    assert [m["event"]["message"] for m in got] == ["after the restart"]
+
+
+async def test_events_appended_in_a_transaction_go_out_when_it_commits():
+    conversation = await database_sync_to_async(ConversationFactory)()
+    heard: list[list[str]] = []
+
+    class Listener:
+        def live_batch(self, first: int, sent_ms: int, texts: list[str]) -> None:
+            heard.append(texts)
+
+        def live_resync(self) -> None:  # pragma: no cover - the connection stays up
+            raise AssertionError("resync")
+
+    listener = Listener()
+    await live_log.hub().follow(conversation.id, listener)
+    committed = asyncio.Event()
+
+    def inside_a_transaction(loop) -> None:
+        with transaction.atomic():
+            events_append(conversation_id=conversation.id, drafts=[draft("with its effects")])
+            time.sleep(0.5)
+            assert not heard  # not sent before the transaction commits
+        loop.call_soon_threadsafe(committed.set)
+
+    await database_sync_to_async(inside_a_transaction)(asyncio.get_running_loop())
+    await committed.wait()
+    for _ in range(100):
+        if heard:
+            break
+        await asyncio.sleep(0.05)
+    await live_log.hub().leave(conversation.id, listener)
+    assert [json.loads(t)["event"]["message"] for texts in heard for t in texts] == ["with its effects"]
+
+
+async def test_a_connection_that_ends_in_an_error_lets_go_of_its_subscription():
+    """Channels calls ``disconnect`` only on a disconnect message: a connection that ends
+    with an error (its channel layer failing as Redis restarts, a handler raising) must
+    still leave the process's live-log subscription (it held its memory for good)."""
+    from channels.layers import get_channel_layer
+
+    conversation = await database_sync_to_async(ConversationFactory)()
+    tab = await connect(conversation)
+    await tab.send_json_to({"type": "resume", "after": 0})
+    await asyncio.sleep(0.2)
+    hub = live_log.hub()
+    channel = live_log.channel_name(conversation.id)
+    assert hub._followers.get(channel)
+    # A message no handler takes: the connection ends with an error, not a disconnect.
+    await get_channel_layer().group_send(f"conversation.{conversation.id}", {"type": "no.such"})
+    with pytest.raises(ValueError, match="No handler"):
+        await tab.receive_output(timeout=5)
+    assert not hub._followers.get(channel)
+
+
+async def test_a_read_back_of_large_events_comes_in_frames_of_about_a_mebibyte(api, user):
+    conversation = await database_sync_to_async(ConversationFactory)(user=user)
+    await database_sync_to_async(relay_many)(conversation.id, 6, "x" * 400_000)
+    tab = await connect(conversation, path=f"/ws/conversations/{conversation.id}/?frames=batch")
+    await tab.send_json_to({"type": "resume", "after": 0})
+    frames = []
+    while sum(len(f["events"]) for f in frames) < 6:
+        frame = await tab.receive_json_from(timeout=10)
+        if frame["type"] == "run.events":
+            frames.append(frame)
+    await tab.disconnect()
+    assert [e["cursor"] for f in frames for e in f["events"]] == list(range(1, 7))
+    assert len(frames) == 3 and all(len(f["events"]) == 2 for f in frames)  # 2 × 400 kB a page
+    page = await database_sync_to_async(api.get)(f"/api/conversations/{conversation.id}/events?limit=100")
+    body = page.json()
+    assert [e["cursor"] for e in body["events"]] == [1, 2] and body["has_more"] is True

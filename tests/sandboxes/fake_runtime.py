@@ -31,6 +31,12 @@ workspace) at start and again for every submit, so one worker serves every mode.
   provider key, the user's secrets), one variable a line, then the value of ``NAME`` on
   a line of over 2000 characters, straddling character 2000 (where PAW cuts a line);
   exits 3.
+- ``leak-shapes NAME``: on submit writes start, then the value of ``NAME`` in the shapes a
+  host must mask before it cuts or stores them: as a notify ``kind``, as a line's
+  ``type``, in a foreign ``run_id`` straddling character 64, in a malformed line
+  straddling character 4096; then a result.
+- ``refuse NAME``: answers a submit with an ``error`` whose message holds the value of
+  ``NAME`` (no start).
 - ``deaf N [MISSED]``: on submit streams N deltas 0.1 s apart, then finishes ``done``;
   the first MISSED cancel ops (default 1; ``all``: every one) go unheard, as by a runtime
   that loses a cancel while it sets a run up, and the next one ends the run cancelled.
@@ -184,6 +190,16 @@ def flood(run_id: str, count: int, delay: float, *, timed: bool = False) -> None
     result(run_id, count + 2, f"sent {count}")
 
 
+def leak_shapes(run_id: str, value: str) -> None:
+    half = len(value) // 2
+    out({"seq": 2, "type": "notify", "kind": value, "data": {"x": value}, "run_id": run_id})
+    out({"seq": 3, "type": value})  # PAW keeps 32 characters of a type: masked first
+    out({"seq": 4, "type": "delta", "text": " ", "run_id": "r" * (64 - half) + value})
+    sys.stdout.write("m" * (4096 - half) + value + "\n")
+    sys.stdout.flush()
+    result(run_id, 5, "shapes written")
+
+
 def deaf(run_id: str, count: int, missed: str) -> None:
     """Stream ``count`` deltas 0.1 s apart, then finish ``done``; the first ``missed``
     cancels (``all``: every one) go unheard, the next one ends the run cancelled."""
@@ -242,6 +258,11 @@ def main() -> None:
         CANCELS[0] = 0
         run_id = op["run_id"]
         words = read_mode()  # read again for every run: a test may switch modes
+        if words[0] == "refuse":
+            value = os.environ.get(words[1], "")
+            out({"type": "error", "op_id": op.get("op_id"),
+                 "error": {"code": "nope", "message": f"refused: {value}"}})  # fmt: skip
+            continue
         out({"seq": 1, "type": "start", "prompt": op["prompt"], "run_id": run_id})
         if words[0] == "garbage":
             garbage(run_id)
@@ -279,6 +300,8 @@ def main() -> None:
             sys.stderr.write("p" * (2000 - len(long_value) // 2) + long_value + "\n")
             sys.stderr.flush()
             os._exit(3)
+        elif words[0] == "leak-shapes":
+            leak_shapes(run_id, os.environ.get(words[1], ""))
         elif words[0] == "stubborn":
             stubborn(run_id)
         elif words[0] == "deaf":

@@ -6,17 +6,18 @@ secret."""
 
 from __future__ import annotations
 
+import json
 import secrets as pysecrets
 
 import pytest
 from django.contrib.auth import get_user_model
 
-from conversations.models import Run
+from conversations.models import Run, RunEvent
 from conversations.services.runs import run_start
 from conversations.services.workspaces import workspace_ensure
 from sandboxes.models import Sandbox
 from secrets_vault.services import secret_set
-from tests.conftest import PAW_AGENT, SCRIPTED_API_KEY
+from tests.conftest import PAW_AGENT, SCRIPTED_API_KEY, api_client_for
 from tests.factories import ConversationFactory
 from tests.live import wait_for
 from tests.sandboxes.observe import finished
@@ -102,5 +103,46 @@ def test_a_real_run_handling_a_secret_leaves_none_in_a_column_or_on_a_page(
     visited = visit_every_admin_page(client, operator)
     assert f"/admin/conversations/run/{run.id}/change/" in visited
     assert any(path.startswith("/admin/conversations/approval/") for path in visited[1:])
+    assert record_stored_runtime_output() > 0
+    secret_scan.check()
+
+
+def test_what_a_runtime_names_or_cuts_is_masked_before_it_is_stored_or_shown(
+    fake_worker, secret_scan
+):
+    """A secret value as a notify kind or a line's type (stored as the event's kind and
+    type), in a foreign run id or a malformed line where PAW cuts them (masked whole
+    first), and in a runtime's refusal of a run (its error message)."""
+    conversation = ConversationFactory()
+    token = f"user-token-{pysecrets.token_hex(16)}"
+    secret_set(name="MY_TOKEN", value=token, user=conversation.user)
+    mode = workspace_ensure(conversation.id) / "fake_mode"
+    mode.write_text("leak-shapes MY_TOKEN")
+    run = run_start(user=conversation.user, conversation_id=conversation.id, prompt="go")
+    run = wait_for(lambda: finished(run.id), what="the run to end")
+    assert run.status == Run.Status.DONE, run.errors
+    events = wait_for(
+        lambda: list(RunEvent.objects.filter(conversation=conversation).order_by("cursor"))
+        if RunEvent.objects.filter(conversation=conversation, type="result").exists()
+        else None,
+        what="the events to be stored",
+    )
+    pieces = (token, token[: len(token) // 2], token[len(token) // 2 :])
+    for event in events:
+        text = f"{event.type}|{event.kind}|{json.dumps(event.payload)}"
+        assert not any(piece in text for piece in pieces), text
+    kinds = {event.kind for event in events}
+    assert "[secret:MY_TOKEN]" in kinds  # the notify's kind, masked
+    listed = api_client_for(conversation.user).get(
+        f"/api/conversations/{conversation.id}/events?limit=1000"
+    )
+    assert listed.status_code == 200 and not any(piece in listed.content.decode() for piece in pieces)
+
+    mode.write_text("refuse MY_TOKEN")
+    refused = run_start(user=conversation.user, conversation_id=conversation.id, prompt="again")
+    refused = wait_for(lambda: finished(refused.id), what="the refused run to end")
+    assert refused.status == Run.Status.ERROR
+    message = refused.errors[0]["message"]
+    assert "[secret:MY_TOKEN]" in message and not any(piece in message for piece in pieces)
     assert record_stored_runtime_output() > 0
     secret_scan.check()
