@@ -29,7 +29,7 @@ from paw_agent.images import DEFAULT_MAX_BYTES, ImageRefused, estimate_text, ima
 from paw_agent.kernel_client import PythonKernel
 from paw_agent.knowledge import Knowledge
 from paw_agent.model import Completion, ModelClient, ModelError, estimate_tokens
-from paw_agent.protocol import RunStream
+from paw_agent.protocol import DeltaBuffer, RunStream
 from paw_agent.sql import load_datasources
 from paw_agent.tools import GATED, Toolbox, ToolContext, display_args, full_args
 from paw_agent.workspace import PRIVATE_DIR, Workspace
@@ -59,6 +59,9 @@ class Settings:
     sql_result_rows: int = 100
     max_image_bytes: int = DEFAULT_MAX_BYTES
     warm: bool = True  # import the model SDK right after ``ready``, not on the first call
+    #: Streamed pieces closer together than this many seconds share a ``delta`` line
+    #: (``protocol.DeltaBuffer``); 0: a line per piece.
+    delta_window: float = 0.003
 
 
 @dataclass
@@ -230,6 +233,10 @@ class Run:
         self.run_id = run_id
         self.prompt = prompt
         self.stream = stream
+        #: The model's streamed text as ``delta`` lines, joined when it comes fast.
+        self.deltas = DeltaBuffer(
+            lambda text: stream.emit("delta", text=text), agent.settings.delta_window
+        )
         self.tools = tools  # the submit's ``tools``: the only ones this run may use
         self.knowledge = knowledge  # the submit's ``knowledge``
         # The submit's ``attachments`` (workspace images sent with the prompt) and
@@ -417,6 +424,7 @@ class Run:
         return dataclasses.replace(context, confirm=confirm)
 
     def _on_retry(self, info: dict[str, Any]) -> None:
+        self.deltas.flush()
         self.stream.notify("retry", info)
 
     def _loop(self) -> str:
@@ -439,13 +447,16 @@ class Run:
         while True:
             self.control.check()
             messages = self._fit(tools)
-            completion = self.agent.model.complete(
-                messages,
-                tools,
-                control=self.control,
-                on_text=lambda piece: self.stream.emit("delta", text=piece),
-                on_retry=self._on_retry,
-            )
+            try:
+                completion = self.agent.model.complete(
+                    messages,
+                    tools,
+                    control=self.control,
+                    on_text=self.deltas.add,
+                    on_retry=self._on_retry,
+                )
+            finally:
+                self.deltas.flush()  # held text goes before any other line of the run
             self._account(completion)
             if completion.text.strip():
                 self.last_text = completion.text

@@ -108,6 +108,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="first retry delay, doubled each time (default 0.5)",
     )
     serve.add_argument(
+        "--delta-window",
+        type=float,
+        default=3.0,
+        metavar="MS",
+        help="streamed pieces closer together than this share one delta line; a slower "
+        "stream gets a line per piece at once (default 3, 0: a line per piece)",
+    )
+    serve.add_argument(
         "--no-stream",
         action="store_true",
         help="ask the model for whole answers instead of streams",
@@ -192,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         sql_result_rows=max(0, args.sql_result_rows),
         max_image_bytes=max(1, args.max_image_bytes),
         warm=not args.no_warm,
+        delta_window=max(0.0, args.delta_window) / 1000,
     )
     try:
         agent = Agent(settings, os.environ)

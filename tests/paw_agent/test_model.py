@@ -258,3 +258,63 @@ def test_only_the_sdks_client_is_loaded_not_its_api_types(tmp_path):
         check=True,
     )
     assert json.loads(done.stdout) == {"lean": True, "loaded": []}
+
+
+def _deltas(lines):
+    return [line for line in lines if line.get("type") == "delta"]
+
+
+def test_a_flood_of_pieces_shares_delta_lines_a_paced_stream_gets_one_line_each(start, model):
+    """Issue 16, lines not tokens: 2,000 pieces sent back to back come out as far fewer
+    ``delta`` lines with the same text, in order; pieces 30 ms apart (slower than the
+    3 ms window) each get a line of their own, written as they come."""
+    flood = "".join(f"{n:07d} " for n in range(1000))  # 8,000 characters: 2,000 pieces
+    model.load(
+        script(
+            rules=[
+                {"match": "^flood", "responses": [{"text": flood, "chunk": 4}]},
+                {"match": "^paced", "responses": [
+                    {"text": "aaaabbbbccccdddd", "chunk": 4, "chunk_delay": 0.03}
+                ]},
+            ]
+        )  # fmt: skip
+    )
+    runtime = start()
+    runtime.ready()
+    lines = runtime.submit("flood")
+    assert answer_text(lines) == flood and lines[-1]["answer"] == flood
+    deltas = _deltas(lines)
+    assert len(deltas) < 400, len(deltas)  # a line per piece would be 2,000
+    assert [d["seq"] for d in deltas] == sorted(d["seq"] for d in deltas)
+    lines = runtime.submit("paced")
+    assert [d["text"] for d in _deltas(lines)] == ["aaaa", "bbbb", "cccc", "dddd"]
+
+
+def test_with_a_zero_window_every_piece_is_a_line(start, model):
+    flood = "".join(f"{n:07d} " for n in range(150))  # 1,200 characters: 300 pieces
+    model.load(script({"text": flood, "chunk": 4}))
+    runtime = start("paw-agent", "--delta-window", "0")
+    runtime.ready()
+    lines = runtime.submit("flood")
+    assert answer_text(lines) == flood
+    assert len(_deltas(lines)) == 300
+
+
+def test_a_held_piece_is_written_at_the_windows_end_when_nothing_follows():
+    """A model that pauses right after a burst: the held piece is not kept for the next
+    piece or the end of the call, the buffer's own thread writes it."""
+    from paw_agent.protocol import DeltaBuffer
+
+    written: list[str] = []
+    deltas = DeltaBuffer(written.append, window=0.05)
+    deltas.add("a")
+    deltas.add("b")
+    deltas.add("c")
+    assert written == ["a"]  # b and c came within the window: held
+    wait_for(lambda: written == ["a", "bc"], timeout=2)
+    time.sleep(0.06)
+    deltas.add("d")  # after a quiet moment: at once
+    assert written == ["a", "bc", "d"]
+    deltas.add("e")
+    deltas.flush()
+    assert written == ["a", "bc", "d", "e"]
