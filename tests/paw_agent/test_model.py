@@ -273,11 +273,12 @@ def test_a_flood_of_pieces_shares_delta_lines_a_paced_stream_gets_one_line_each(
         script(
             rules=[
                 {"match": "^flood", "responses": [{"text": flood, "chunk": 4}]},
-                {"match": "^paced", "responses": [
-                    {"text": "aaaabbbbccccdddd", "chunk": 4, "chunk_delay": 0.03}
-                ]},
+                {
+                    "match": "^paced",
+                    "responses": [{"text": "aaaabbbbccccdddd", "chunk": 4, "chunk_delay": 0.03}],
+                },
             ]
-        )  # fmt: skip
+        )
     )
     runtime = start()
     runtime.ready()
