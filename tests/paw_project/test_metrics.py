@@ -191,6 +191,9 @@ def test_counters_move_by_what_a_run_did_across_the_web_process_and_the_worker(
                 {
                     "text": DIGITS,
                     "chunk": 11,
+                    # 10 ms apart: each piece a line of its own (paw-agent joins pieces
+                    # closer than 3 ms), so the run has many lines to count.
+                    "chunk_delay": 0.01,
                     "usage": {"prompt_tokens": 120, "completion_tokens": 30},
                 }
             ],
