@@ -64,8 +64,8 @@ HUB_CLIENT_NAME = "paw-live-hub"
 #: Seconds between two connection attempts of a hub whose connection broke.
 HUB_RETRY_SECONDS = 0.5
 
-# KEYS: counter, stream. ARGV: seed ("" when unknown), channel, (unused), stream ttl ms,
-# counter ttl ms, count N, publish ("1" or "0"), N bodies (the client form's JSON without
+# KEYS: counter, stream. ARGV: seed ("" when unknown), channel, stream ttl ms, counter
+# ttl ms, count N, publish ("1" or "0"), N bodies (the client form's JSON without
 # its "{" and cursor), N kinds. Returns the first cursor handed out, or the error NOSEED
 # when the counter is gone and no seed was given.
 _APPEND = """
@@ -83,19 +83,19 @@ else
 end
 local now = redis.call('TIME')
 local ms = string.format('%d', now[1] * 1000 + math.floor(now[2] / 1000))
-local n = tonumber(ARGV[6])
+local n = tonumber(ARGV[5])
 local first = last + 1
 local lines = {}
 for i = 1, n do
   last = last + 1
   local cursor = string.format('%d', last)
-  local m = '{"cursor":' .. cursor .. ',' .. ARGV[7 + i]
-  redis.call('XADD', KEYS[2], cursor .. '-0', 'm', m, 'k', ARGV[7 + n + i], 't', ms)
+  local m = '{"cursor":' .. cursor .. ',' .. ARGV[6 + i]
+  redis.call('XADD', KEYS[2], cursor .. '-0', 'm', m, 'k', ARGV[6 + n + i], 't', ms)
   lines[i] = m
 end
-redis.call('SET', KEYS[1], string.format('%d', last), 'PX', ARGV[5])
-redis.call('PEXPIRE', KEYS[2], ARGV[4])
-if ARGV[7] == '1' then
+redis.call('SET', KEYS[1], string.format('%d', last), 'PX', ARGV[4])
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+if ARGV[6] == '1' then
   redis.call('PUBLISH', ARGV[2], string.format('%d', first) .. ' ' .. ms .. '\\n' .. table.concat(lines, '\\n'))
 end
 return first
@@ -133,13 +133,15 @@ def client() -> redis.Redis:
     return found
 
 
-_scripts: dict[Any, Any] = {}
+_scripts: dict[tuple[str, int], Any] = {}
 
 
-def _append_script(connection: redis.Redis) -> Any:
-    script = _scripts.get(id(connection))
+def _script(connection: redis.Redis, source: str) -> Any:
+    """``source`` registered on ``connection`` (once per client: it runs by its hash)."""
+    key = (source, id(connection))
+    script = _scripts.get(key)
     if script is None:
-        script = _scripts[id(connection)] = connection.register_script(_APPEND)
+        script = _scripts[key] = connection.register_script(source)
     return script
 
 
@@ -186,7 +188,7 @@ def append_many(appends: Sequence[Append], *, seed: Callable[[Any], int]) -> lis
     if not appends or any(not item.bodies for item in appends):
         raise ValueError("nothing to append")
     connection = client()
-    script = _append_script(connection)
+    script = _script(connection, _APPEND)
     pipe = connection.pipeline(transaction=False)
     for item in appends:
         script(keys=_keys(item.log_id), args=_args(item, ""), client=pipe)
@@ -214,7 +216,7 @@ def _keys(log_id: Any) -> list[str]:
 
 def _args(item: Append, seed: str) -> list[Any]:
     return [
-        seed, channel_name(item.log_id), 0, STREAM_TTL_MS, COUNTER_TTL_MS,
+        seed, channel_name(item.log_id), STREAM_TTL_MS, COUNTER_TTL_MS,
         len(item.bodies), int(item.publish), *item.bodies, *item.kinds,
     ]  # fmt: skip
 
@@ -268,19 +270,19 @@ def _range(after: int, until: int | None) -> tuple[str, str]:
 
 
 def _taken(
-    items: list, entries: list[LiveEntry], limit: int, max_bytes: int | None
-) -> tuple[bool, int]:
-    """Add ``items`` to ``entries`` within ``limit`` and the byte budget; the entry that
-    goes past the budget is taken too, so the caller sees that there was more (it keeps
-    at least one entry). ``(whether to read on, the last cursor taken)``."""
-    size = sum(len(entry.text) for entry in entries)
+    items: list, entries: list[LiveEntry], size: int, limit: int, max_bytes: int | None
+) -> tuple[bool, int, int]:
+    """Add ``items`` to ``entries`` (whose texts hold ``size`` characters) within
+    ``limit`` and the byte budget; the entry that goes past the budget is taken too, so
+    the caller sees that there was more (it keeps at least one entry). ``(whether to read
+    on, the last cursor taken, the texts' size now)``."""
     for item in items:
         entry = _entry(item)
         entries.append(entry)
         size += len(entry.text)
         if len(entries) >= limit or (max_bytes is not None and size > max_bytes):
-            return False, entry.cursor
-    return len(items) == READ_CHUNK, entries[-1].cursor if entries else 0
+            return False, entry.cursor, size
+    return len(items) == READ_CHUNK, entries[-1].cursor if entries else 0, size
 
 
 def read(
@@ -303,10 +305,10 @@ def read(
     pipe.xrange(key, low, high, count=min(limit, READ_CHUNK))
     oldest, items = pipe.execute()
     entries: list[LiveEntry] = []
-    more, last = _taken(items, entries, limit, max_bytes)
+    more, last, size = _taken(items, entries, 0, limit, max_bytes)
     while more:
         items = client().xrange(key, _range(last, None)[0], high, count=READ_CHUNK)
-        more, last = _taken(items, entries, limit, max_bytes)
+        more, last, size = _taken(items, entries, size, limit, max_bytes)
     return (_entry(oldest[0]).cursor if oldest else None), entries
 
 
@@ -340,10 +342,10 @@ async def aread(
         pipe.xrange(key, low, high, count=min(limit, READ_CHUNK))
         oldest, items = await pipe.execute()
     entries: list[LiveEntry] = []
-    more, last = _taken(items, entries, limit, max_bytes)
+    more, last, size = _taken(items, entries, 0, limit, max_bytes)
     while more:
         items = await _async_client().xrange(key, _range(last, None)[0], high, count=READ_CHUNK)
-        more, last = _taken(items, entries, limit, max_bytes)
+        more, last, size = _taken(items, entries, size, limit, max_bytes)
     return (_entry(oldest[0]).cursor if oldest else None), entries
 
 
@@ -393,12 +395,7 @@ return 0
 
 
 def _delete_if_empty(key: str) -> None:
-    connection = client()
-    script = _scripts.get(("delete-if-empty", id(connection)))
-    if script is None:
-        script = connection.register_script(_DELETE_IF_EMPTY)
-        _scripts[("delete-if-empty", id(connection))] = script
-    script(keys=[key])
+    _script(client(), _DELETE_IF_EMPTY)(keys=[key])
 
 
 def forget(log_id: Any) -> None:
