@@ -171,7 +171,8 @@ class ConversationConsumer(PawConsumer):
         self.live = False  # events flow once the client said where it is (resume)
         self.cursor = 0
         self._sending = asyncio.Lock()  # live sends and read-backs, one at a time
-        self._live: collections.deque[tuple[int, int, list[str]]] = collections.deque()
+        #: Live appends waiting for the pump: (first cursor, sent ms, texts, their size).
+        self._live: collections.deque[tuple[int, int, list[str], int]] = collections.deque()
         self._live_bytes = 0
         self._behind = False  # live appends were dropped: read back before going on
         self._wake = asyncio.Event()
@@ -358,7 +359,7 @@ class ConversationConsumer(PawConsumer):
             self._live_bytes = 0
             self._behind = True
         else:
-            self._live.append((first, sent_ms, texts))
+            self._live.append((first, sent_ms, texts, size))
             self._live_bytes += size
         self._wake.set()
 
@@ -381,8 +382,8 @@ class ConversationConsumer(PawConsumer):
                             if self.live:
                                 await self._fill(until=None, reason="resync")
                             continue
-                        first, sent_ms, texts = self._live.popleft()
-                        self._live_bytes -= sum(len(text) for text in texts)
+                        first, sent_ms, texts, size = self._live.popleft()
+                        self._live_bytes -= size
                         await self._deliver(
                             [(first + index, text) for index, text in enumerate(texts)],
                             sent_at=sent_ms / 1000,

@@ -163,9 +163,12 @@ def event_list(
     oldest, entries = _live(conversation.id, after, None, limit, max_bytes)
     candidates: list[tuple[RunEvent, int]] = []
     if oldest is None or oldest > after + 1:
+        stored_size = 0  # stop reading once past the budget (the one past it shows the cut)
         for event in _stored(conversation.id, after, oldest, limit).iterator(chunk_size=50):
-            candidates.append((event, len(json.dumps(event.payload, ensure_ascii=False))))
-            if sum(size for _, size in candidates) > max_bytes:
+            size = len(json.dumps(event.payload, ensure_ascii=False))
+            candidates.append((event, size))
+            stored_size += size
+            if stored_size > max_bytes:
                 break
     candidates += [(_unsaved(conversation, entry), len(entry.text)) for entry in entries]
     events: list[RunEvent] = []
@@ -206,15 +209,21 @@ def event_messages_after(
     ]
 
 
+async def _handed_out_async(conversation_id: UUID) -> int | None:
+    """The live log's counter, read without leaving the loop; ``None`` when it is gone
+    or Redis cannot be reached (logged)."""
+    try:
+        return await live_log.alast_cursor(conversation_id)
+    except redis.RedisError as exc:
+        logger.warning("live log unreadable (%s); using the stored cursor", exc)
+        return None
+
+
 async def conversation_cursor_async(*, conversation_id: UUID) -> int:
     """:func:`conversation_cursor` from an event loop (the live log's counter is read
     without leaving the loop; the database only when it is gone)."""
     if live_log.enabled():
-        try:
-            handed_out = await live_log.alast_cursor(conversation_id)
-        except redis.RedisError as exc:
-            logger.warning("live log unreadable (%s); using the stored cursor", exc)
-            handed_out = None
+        handed_out = await _handed_out_async(conversation_id)
         if handed_out is not None:
             return handed_out
     return await database_sync_to_async(_stored_cursor)(conversation_id)
@@ -227,17 +236,13 @@ async def cursor_ceiling_async(*, conversation_id: UUID) -> int:
     that, and a client that has them must not be sent them again when they are stored.
     A resume's ``after`` is cut to this (a cursor from the future would hide the events
     still to come)."""
-    if live_log.enabled():
-        try:
-            handed_out = await live_log.alast_cursor(conversation_id)
-        except redis.RedisError as exc:
-            logger.warning("live log unreadable (%s); using the stored cursor", exc)
-            handed_out = None
-        if handed_out is not None:
-            return handed_out
-        stored = await database_sync_to_async(_stored_cursor)(conversation_id)
-        return stored + live_log.RESEED_GAP if stored else 0
-    return await database_sync_to_async(_stored_cursor)(conversation_id)
+    if not live_log.enabled():
+        return await database_sync_to_async(_stored_cursor)(conversation_id)
+    handed_out = await _handed_out_async(conversation_id)
+    if handed_out is not None:
+        return handed_out
+    stored = await database_sync_to_async(_stored_cursor)(conversation_id)
+    return stored + live_log.RESEED_GAP if stored else 0
 
 
 def _stored_cursor(conversation_id: UUID) -> int:
