@@ -1,8 +1,9 @@
 # PAW: the two commands are `make run` (start the product) and `make test` (run the suite).
 # Both create .venv with $(PYTHON) on first use and reinstall when a pyproject.toml changes.
-# Three distributions from this repository: the server (pyproject.toml), the agent runtime
-# paw-agent (paw_agent/pyproject.toml), which a sandbox host can install alone, and the
-# Python client paw-client (clients/python/pyproject.toml).
+# Four distributions from this repository: the server (pyproject.toml), the agent runtime
+# paw-agent (paw_agent/pyproject.toml), which a sandbox host can install alone, the rule of
+# a read both of them use (paw_sqlcheck/pyproject.toml), and the Python client paw-client
+# (clients/python/pyproject.toml).
 
 PYTHON ?= python3.11
 VENV ?= .venv
@@ -20,11 +21,12 @@ SECRET_KEY_FILE := $(PAW_VAR_DIR)/secret_key
 
 .PHONY: run test install install-dev lint imports clean changepassword
 
-$(VENV)/.installed: pyproject.toml paw_agent/pyproject.toml clients/python/pyproject.toml
+$(VENV)/.installed: pyproject.toml paw_agent/pyproject.toml paw_sqlcheck/pyproject.toml \
+		clients/python/pyproject.toml
 	@if [ -x $(PY) ]; then echo "Updating PAW in $(VENV)…"; \
 	else echo "Installing PAW into $(VENV) (first run takes about a minute)…"; $(PYTHON) -m venv $(VENV); fi
 	@$(PY) -m pip install --quiet --upgrade pip
-	@$(PY) -m pip install --quiet -e .
+	@$(PY) -m pip install --quiet -e ./paw_sqlcheck -e .
 	@$(PY) -m pip install --quiet -e ./paw_agent -e ./clients/python
 	@touch $@
 

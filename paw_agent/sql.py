@@ -7,9 +7,12 @@ The host passes ``PAW_DATASOURCES``, a JSON list of ``{"slug", "name", "dialect"
 MariaDB through PyMySQL, ``mysql://user:password@host:3306/database``) and ``sqlite`` (the
 stdlib, ``sqlite:///relative/path.db``, ``sqlite:////absolute/path.db`` or a plain path).
 
-Only a single ``SELECT`` / ``WITH`` / ``EXPLAIN`` statement without data-changing keywords
-or side-effect functions counts as a read (``paw_agent.sqlcheck``, which PAW's server
-reuses for knowledge examples); anything else is a write, which the tool gates behind an approval. Reads
+What counts as a read, a SQL parser decides (``paw_sqlcheck``, a distribution of its own
+that PAW's server installs too, for knowledge examples): one ``SELECT`` / ``WITH`` /
+``EXPLAIN`` of the datasource's dialect, nothing in its tree that changes data, and only
+functions on that dialect's allow-list. Anything else needs an approval, and is refused on
+a read-only datasource. Connections are set so the database reads a statement as the
+parser did (``paw_sqlcheck.POSTGRESQL_SESSION_OPTIONS``, ``mysql_sql_mode``). Reads
 also run in read-only mode (a PostgreSQL READ ONLY transaction, MySQL ``START TRANSACTION
 READ ONLY``, SQLite ``mode=ro``), so a function with side effects or a clever query cannot
 write behind a "read". A read's rows are streamed (a server-side cursor on PostgreSQL, an
@@ -32,10 +35,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from paw_agent.control import RunControl
-
-# The rule of a read lives in paw_agent.sqlcheck (shared with PAW's server); re-exported.
-from paw_agent.sqlcheck import is_read_only as is_read_only
-from paw_agent.sqlcheck import statements
+from paw_sqlcheck import POSTGRESQL_SESSION_OPTIONS, mysql_sql_mode
 
 ROW_CAP = 200  # rows returned to the model per query
 CELL_CAP = 200  # characters per cell shown to the model
@@ -282,18 +282,25 @@ def run_query(
     timeout: float,
     control: RunControl,
     keep: int = ROW_CAP,
+    explain: bool = False,
 ) -> QueryResult:
     """Run ``sql`` on ``source``: the first ``keep`` rows (at least :data:`ROW_CAP`) and
-    the count of the rest, or the number of rows changed. ``read_only`` runs it in
-    read-only mode; a write is committed. ``timeout`` seconds bound the statement. A
-    stopped run cancels the query and raises ``Stopped``; driver errors raise
-    :class:`SqlError`."""
+    the count of the rest, or the number of rows changed. ``read_only`` (a statement
+    ``paw_sqlcheck`` judged a read) runs it in read-only mode, streamed where the driver
+    can (``explain``: it is an ``EXPLAIN``, which PostgreSQL cannot read through a
+    cursor); a write is committed. ``timeout`` seconds bound the statement. A stopped run
+    cancels the query and raises ``Stopped``; driver errors raise :class:`SqlError`."""
     if not source.url:
         raise SqlError(
             f"datasource {source.slug} has no connection URL "
             f"({url_variable(source.slug)} is not set)"
         )
-    run = {"sqlite": _run_sqlite, "mysql": _run_mysql}.get(source.dialect, _run_postgres)
+    if source.dialect == "postgresql":
+        return _run_postgres(
+            source, sql, read_only=read_only, timeout=timeout, control=control,
+            keep=max(keep, ROW_CAP), streamed=read_only and not explain,
+        )  # fmt: skip
+    run = _run_mysql if source.dialect == "mysql" else _run_sqlite
     return run(
         source, sql, read_only=read_only, timeout=timeout, control=control, keep=max(keep, ROW_CAP)
     )
@@ -336,14 +343,18 @@ def _run_sqlite(
         timer.cancel()
 
 
-#: First words of a statement PostgreSQL can stream through a server-side cursor
-#: (``DECLARE ... CURSOR FOR`` takes a SELECT or VALUES command).
-_CURSOR_WORDS = ("select", "with", "values", "table")
-
-
 def _run_postgres(
-    source: Datasource, sql: str, *, read_only: bool, timeout: float, control: RunControl, keep: int
+    source: Datasource,
+    sql: str,
+    *,
+    read_only: bool,
+    timeout: float,
+    control: RunControl,
+    keep: int,
+    streamed: bool,
 ) -> QueryResult:
+    """``streamed``: read through a server-side cursor (``DECLARE … CURSOR FOR`` takes a
+    query, which a read other than EXPLAIN is)."""
     import psycopg
     from psycopg.conninfo import conninfo_to_dict
 
@@ -353,7 +364,9 @@ def _run_postgres(
         options = conninfo_to_dict(source.url or "").get("options") or ""
     except psycopg.Error as exc:
         raise SqlError(f"the URL of datasource {source.slug} is malformed: {exc}") from exc
-    options = f"{options} -c statement_timeout={int(timeout * 1000)}".strip()
+    options = (
+        f"{options} -c statement_timeout={int(timeout * 1000)} {POSTGRESQL_SESSION_OPTIONS}"
+    ).strip()
     try:
         connection = control.call(
             lambda: psycopg.connect(
@@ -368,8 +381,6 @@ def _run_postgres(
     # True makes psycopg begin READ ONLY; None leaves the server's default (a read-only
     # datasource's URL sets it): False would begin READ WRITE and override that.
     connection.read_only = True if read_only or source.read_only else None
-    first = statements(sql)[0].lstrip("( ").split(None, 1)[0].lower() if statements(sql) else ""
-    streamed = read_only and first in _CURSOR_WORDS
 
     def work() -> QueryResult:
         try:
@@ -452,10 +463,14 @@ def _run_mysql(
         try:
             with connection.cursor() as setup:
                 setup.execute("SELECT VERSION()")
+                # A deliberate twin of secrets_vault.connections.database_connection's set-up
+                # (the runtime imports nothing of PAW's server): the same limits there.
                 if "mariadb" in str(setup.fetchone()[0]).lower():
                     setup.execute(f"SET SESSION max_statement_time = {float(timeout)}")
                 else:
                     setup.execute(f"SET SESSION max_execution_time = {int(timeout * 1000)}")
+                setup.execute("SELECT @@SESSION.sql_mode")
+                setup.execute("SET SESSION sql_mode = %s", (mysql_sql_mode(setup.fetchone()[0]),))
                 if source.read_only:
                     setup.execute("SET SESSION TRANSACTION READ ONLY")
                 setup.execute("START TRANSACTION READ ONLY" if read_only else "START TRANSACTION")

@@ -27,7 +27,7 @@ from paw_agent.control import RunControl
 from paw_agent.images import DEFAULT_MAX_BYTES, ImageRefused, image_part
 from paw_agent.kernel_client import KernelDied, KernelTimeout, PythonKernel
 from paw_agent.knowledge import KINDS, MAX_LIMIT, Knowledge, format_entry
-from paw_agent.sql import ROW_CAP, Datasource, SqlError, is_read_only, run_query
+from paw_agent.sql import ROW_CAP, Datasource, SqlError, run_query
 from paw_agent.workspace import PRIVATE_DIR, PathRefused, Workspace
 
 MAX_RESULT = 20_000  # characters of a tool result sent to the model
@@ -718,24 +718,28 @@ class Toolbox:
             raise ToolError(
                 f"no datasource {slug!r}; the datasources are: {', '.join(self.datasources)}"
             )
-        read_only = is_read_only(query)
-        if not read_only and source.read_only:
+        from paw_sqlcheck import judge  # the parser loads on the first statement
+
+        verdict = judge(query, dialect=source.dialect)
+        if not verdict.read and source.read_only:
             raise ToolError(
-                f"datasource {source.slug} is read-only: only a single SELECT, WITH or "
-                "EXPLAIN runs on it"
+                f"datasource {source.slug} is read-only and this statement is not a read: "
+                f"{verdict.reason}. Only one SELECT, WITH or EXPLAIN that changes nothing "
+                "and calls only the usual functions runs on it"
             )
-        if not read_only and not context.confirm(
-            f"run_sql on {source.name} ({source.slug}, {source.dialect}) — this statement "
-            f"may change data:\n{query.strip()}"
+        if not verdict.read and not context.confirm(
+            f"run_sql on {source.name} ({source.slug}, {source.dialect}) — this statement is "
+            f"not a read, so it may change data: {verdict.reason}.\n{query.strip()}"
         ):
             return ToolOutcome(DECLINED, ok=False, summary=DECLINED)
         result = run_query(
             source,
             query,
-            read_only=read_only,
+            read_only=verdict.read,
             timeout=self.tool_timeout,
             control=context.control,
             keep=self.sql_result_rows,
+            explain=verdict.explain,
         )
         text = result.text()
         structured = result.structured(datasource=slug, sql=query, rows=self.sql_result_rows)

@@ -13,6 +13,7 @@ from django.db import models
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.utils.decorators import method_decorator
+from django.utils.html import format_html
 from django.views.decorators.debug import sensitive_post_parameters
 
 from paw_project.adminkit import ADD_FORM_HIDDEN_FIELDS, PawModelAdmin
@@ -140,8 +141,16 @@ class KnowledgeEntryInline(admin.StackedInline):
     extra = 0
     verbose_name = "doc or example"
     verbose_name_plural = "Knowledge: docs and examples"
-    fields = ("kind", "title", "text", "sql", "updated_at")
-    readonly_fields = ("updated_at",)
+    fields = ("kind", "title", "text", "sql", "flag", "updated_at")
+    readonly_fields = ("flag", "updated_at")
+
+    @admin.display(description="Kept from runs")
+    def flag(self, obj: KnowledgeEntry) -> str:
+        """Why runs are not given this entry (an example that is not a read under the
+        current rule), in red; empty when they are."""
+        if not obj.flag_reason:
+            return ""
+        return format_html('<strong class="errornote paw-flag">{}</strong>', obj.flag_reason)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[KnowledgeEntry]:
         return (

@@ -38,7 +38,7 @@ from urllib.parse import quote, urlencode
 from django.conf import settings
 from django.core.exceptions import ValidationError
 
-from paw_agent.sqlcheck import is_read_only
+from paw_sqlcheck import POSTGRESQL_SESSION_OPTIONS, judge, mysql_sql_mode
 from secrets_vault.placeholders import PLACEHOLDER, placeholder_whole
 
 #: Seconds to wait for a database to answer a connection test.
@@ -474,7 +474,9 @@ def database_connection(
         conn = psycopg.connect(
             url,
             connect_timeout=max(1, int(timeout)),
-            options=f"{options} -c statement_timeout={int(timeout * 1000)}".strip(),
+            options=(
+                f"{options} -c statement_timeout={int(timeout * 1000)} {POSTGRESQL_SESSION_OPTIONS}"
+            ).strip(),
             application_name="paw",
         )
         if read_only:
@@ -499,11 +501,15 @@ def database_connection(
         )
         with contextlib.closing(conn):
             with conn.cursor() as cursor:
+                # A deliberate twin of paw-agent's _run_mysql set-up (the runtime imports
+                # nothing of PAW's server): the same limits and the parser's sql_mode.
                 cursor.execute("SELECT VERSION()")
                 if "mariadb" in str(cursor.fetchone()[0]).lower():
                     cursor.execute(f"SET SESSION max_statement_time = {float(timeout)}")
                 else:
                     cursor.execute(f"SET SESSION max_execution_time = {int(timeout * 1000)}")
+                cursor.execute("SELECT @@SESSION.sql_mode")
+                cursor.execute("SET SESSION sql_mode = %s", (mysql_sql_mode(cursor.fetchone()[0]),))
                 if read_only:
                     cursor.execute("SET SESSION TRANSACTION READ ONLY")
             yield conn
@@ -552,8 +558,13 @@ QUERY_CHECK_ROWS = 1000
 
 
 class NotARead(ValueError):
-    """A statement that is not one read (``paw_agent.sqlcheck.is_read_only``): refused
-    before anything reaches the database."""
+    """A statement that is not one read by ``paw_sqlcheck.judge`` (the rule paw-agent's
+    ``run_sql`` applies): refused before anything reaches the database. ``code`` is the
+    verdict's (``writes``, ``function``...); the message is its reason."""
+
+    def __init__(self, message: str, *, code: str) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 def query_check(
@@ -563,21 +574,21 @@ def query_check(
     ``timeout`` seconds, and roll back. It must return a result set: an example is a
     question and the query that answers it.
 
-    First ``sql`` must be one read by the rule ``run_sql`` applies
-    (``paw_agent.sqlcheck.is_read_only``: one SELECT / WITH / EXPLAIN, no data-changing
-    keyword such as ``INTO OUTFILE``, no side-effect function such as
-    ``pg_cancel_backend``): otherwise :class:`NotARead` is raised and nothing is sent to
-    the database (``COPY ... TO PROGRAM``, ``ATTACH DATABASE`` never run). The read-only
-    transaction and the timeout stay as the second line.
+    First ``sql`` must be one read by the rule ``run_sql`` applies (``paw_sqlcheck.judge``
+    for ``dialect``: one SELECT / WITH / EXPLAIN, nothing in its tree that changes data,
+    only allow-listed functions): otherwise :class:`NotARead` is raised and nothing is
+    sent to the database (``COPY ... TO PROGRAM``, ``ATTACH DATABASE``,
+    ``pg_read_file(...)`` never run). The read-only transaction and the timeout stay as
+    the second line.
 
     Raises :class:`ConnectionFailed` with the database's own message when it cannot
     connect, refuses or fails the statement, times out, or returns no result set.
     """
-    if not is_read_only(sql):
+    verdict = judge(sql, dialect=dialect)
+    if not verdict.read:
         raise NotARead(
-            "an example's SQL must be one read: a single SELECT, WITH or EXPLAIN statement "
-            "that writes nothing (no INTO, COPY, ATTACH, data-changing CTE or function with "
-            "side effects such as pg_cancel_backend)."
+            f"an example's SQL must be one read, and this is not: {verdict.reason}.",
+            code=verdict.code,
         )
     try:
         with database_connection(

@@ -206,7 +206,9 @@ class KnowledgeEntry(models.Model):
     ``kind``: ``schema`` (one table or view, harvested from the live database by a schema
     refresh, which replaces them all at once), ``doc`` (an operator's Markdown note) or
     ``example`` (a question in ``title``/``text`` and the ``sql`` that answers it, checked
-    read-only against the database when saved). ``vector`` is the entry's embedding
+    read-only against the database when saved). ``flag_reason``, when set, keeps the entry
+    from runs (an example saved under an older rule of a read that the current one
+    refuses: migration 0005). ``vector`` is the entry's embedding
     (float32, little-endian) by the model named in ``vector_model``, or null.
 
     Full-text search is kept by the database itself, outside this model's fields
@@ -229,6 +231,14 @@ class KnowledgeEntry(models.Model):
     )
     vector = models.BinaryField(null=True, blank=True, editable=False)
     vector_model = models.CharField(max_length=200, blank=True, default="", editable=False)
+    flag_reason = models.TextField(
+        blank=True,
+        default="",
+        editable=False,
+        help_text="Why this entry is kept from runs until an operator acts (empty: it is "
+        "given to runs): e.g. an example whose SQL is not a read under the current rule. "
+        "Saving the example with SQL that passes the check clears it.",
+    )
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     updated_at = models.DateTimeField(default=timezone.now, editable=False)
 

@@ -375,7 +375,10 @@ def knowledge_search(
 
 
 #: The columns a search reads (never the vector).
-_ENTRY_COLUMNS = "e.id, e.datasource_id, e.kind, e.title, e.text, e.sql, e.vector_model, e.created_at, e.updated_at"
+_ENTRY_COLUMNS = (
+    "e.id, e.datasource_id, e.kind, e.title, e.text, e.sql, e.vector_model, e.flag_reason, "
+    "e.created_at, e.updated_at"
+)
 
 
 def _fulltext_ranked(datasource_ids: list[int], words: list[str]) -> list[KnowledgeEntry]:

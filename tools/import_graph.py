@@ -25,7 +25,7 @@ import grimp
 
 PACKAGES = (
     "paw_project", "accounts", "conversations", "sandboxes", "billing", "secrets_vault", "sso",
-    "paw_agent", "scripted_model", "paw_client",
+    "paw_agent", "paw_sqlcheck", "scripted_model", "paw_client",
 )  # fmt: skip
 APPS = ("accounts", "conversations", "sandboxes", "billing", "secrets_vault", "sso")
 #: The Celery edge: the only modules of an app the domain may import from the node.

@@ -36,6 +36,10 @@ class KnowledgeEntryOutput(serializers.Serializer):
     title = serializers.CharField()
     text = serializers.CharField()
     sql = serializers.CharField()
+    flag_reason = serializers.CharField(
+        help_text="Why runs are not given this entry until an operator acts (empty: they "
+        "are): an example whose SQL the current rule does not call a read."
+    )
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
 
@@ -218,6 +222,9 @@ class DatasourceDetailApi(APIView):
                 ],
             },
             "docs": entries.filter(kind=KnowledgeEntry.Kind.DOC)[:USER_LIST_LIMIT],
-            "examples": entries.filter(kind=KnowledgeEntry.Kind.EXAMPLE)[:USER_LIST_LIMIT],
+            # A flagged example is not given to runs: not part of what the agent knows.
+            "examples": entries.filter(kind=KnowledgeEntry.Kind.EXAMPLE, flag_reason="")[
+                :USER_LIST_LIMIT
+            ],
         }
         return Response(self.OutputSerializer(data).data)

@@ -94,8 +94,9 @@ def knowledge_example_check(*, datasource: Datasource, sql: str, user: User | No
     ``user``), within :data:`EXAMPLE_TIMEOUT` seconds, and roll back.
 
     Raises :class:`InvalidRequest` ``example_not_a_read`` (nothing sent to the database)
-    when ``sql`` is not one read by ``run_sql``'s rule (``paw_agent.sqlcheck``: a write,
-    ``INTO OUTFILE``, ``COPY``, ``ATTACH``, a side-effect function...); ``example_failed``
+    when ``sql`` is not one read by ``run_sql``'s rule (``paw_sqlcheck.judge`` for the
+    datasource's dialect: a write, ``INTO OUTFILE``, ``COPY``, ``ATTACH``, a function off
+    the allow-list...; ``extra["check"]`` is the verdict's code); ``example_failed``
     with the database's own error (secret values masked) when it cannot connect, refuses
     the statement (the transaction is read-only), times out or returns no rows to look
     at; as ``datasource_resolve`` for the connection.
@@ -109,6 +110,7 @@ def knowledge_example_check(*, datasource: Datasource, sql: str, user: User | No
         raise InvalidRequest(
             f"The example's SQL was not run on {datasource.slug}: {refused}",
             code="example_not_a_read",
+            extra={"check": refused.code},
         ) from None
     except ConnectionFailed as failure:
         message = mask_text(str(failure), masked)
@@ -195,6 +197,8 @@ def knowledge_entry_update(
     if entry.kind == KnowledgeEntry.Kind.EXAMPLE and values["sql"] != entry.sql and not checked:
         knowledge_example_check(datasource=entry.datasource, sql=values["sql"], user=user)
     with transaction.atomic():
+        if values["sql"].strip() != entry.sql:
+            entry.flag_reason = ""  # its new SQL passed the check (here or by the caller)
         entry.title = values["title"].strip()
         entry.text = values["text"]
         entry.sql = values["sql"].strip()
@@ -381,7 +385,8 @@ def knowledge_for_run(*, datasource_slugs: list[str], prompt: str) -> RunKnowled
     ``entries``: the most relevant to ``prompt`` (hybrid search, see
     ``selectors.knowledge_search``; the query is embedded here when embeddings are
     configured, and entries still without a vector are embedded first, a batch at a time),
-    packed greedily into ``PAW_KNOWLEDGE_CONTEXT_TOKENS``. When nothing matches, the
+    packed greedily into ``PAW_KNOWLEDGE_CONTEXT_TOKENS``; a flagged entry
+    (``flag_reason``) is never given. When nothing matches, the
     schema entries by title, so the agent at least knows the tables. ``sources``: the
     datasources with knowledge, at their current version. An embedding failure degrades
     to full-text (logged).
@@ -413,6 +418,7 @@ def knowledge_for_run(*, datasource_slugs: list[str], prompt: str) -> RunKnowled
             query_vector=query_vector,
             vector_model=vector_model,
         )
+        if not hit.entry.flag_reason  # kept from runs until an operator acts
     ]
     if not hits:
         hits = list(
@@ -478,7 +484,7 @@ def knowledge_index_write(*, source: IndexSource, path: Path, vector_model: str)
             "vector_model": vector_model,
         }
         db.executemany("INSERT INTO meta VALUES (?, ?)", meta.items())
-        rows = KnowledgeEntry.objects.filter(datasource=datasource).values_list(
+        rows = KnowledgeEntry.objects.filter(datasource=datasource, flag_reason="").values_list(
             "id", "kind", "title", "text", "sql", "vector", "vector_model"
         )
         db.executemany(

@@ -167,7 +167,10 @@ def test_a_write_asked_on_mariadb_waits_for_approval_in_the_given_conversation(
         ).first(),
         what="the confirm of the write",
     )
-    assert approval.prompt.endswith(f"may change data:\n{update}")
+    assert "this statement is not a read, so it may change data" in approval.prompt
+    assert approval.prompt.endswith(
+        f"it is an UPDATE statement; a read is one SELECT, WITH or EXPLAIN.\n{update}"
+    )
     with mariadb_cursor() as cursor:
         cursor.execute("SELECT total FROM shop_orders WHERE day = 'Sat'")
         assert float(cursor.fetchone()[0]) == 20.5  # nothing before the approval

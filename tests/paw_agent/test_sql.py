@@ -13,7 +13,7 @@ from urllib.parse import quote
 import psycopg
 import pytest
 
-from paw_agent.sql import is_read_only
+from tests.live import wait_for
 from tests.mariadb import mariadb_cursor, mariadb_database_url
 from tests.paw_agent.driver import notifies
 from tests.processes import worker_database_url
@@ -49,37 +49,6 @@ def datasource_env(slug: str, dialect: str, url: str, *, read_only: bool = False
 
 def tool_results(model) -> list[str]:
     return [m["content"] for m in model.requests[-1]["messages"] if m["role"] == "tool"]
-
-
-@pytest.mark.parametrize(
-    ("sql", "read"),
-    [
-        ("SELECT * FROM orders", True),
-        ("  with t as (select 1) select * from t;", True),
-        ("EXPLAIN SELECT 1", True),
-        ("select 'delete from x; drop table y' as text -- update", True),
-        ("SELECT 1; DROP TABLE orders", False),
-        ("DELETE FROM orders", False),
-        ("WITH gone AS (DELETE FROM orders RETURNING *) SELECT * FROM gone", False),
-        ("EXPLAIN ANALYZE DELETE FROM orders", False),
-        ("SELECT * INTO copy FROM orders", False),
-        ("SELECT * FROM orders FOR UPDATE", False),
-        ("PRAGMA journal_mode=WAL", False),
-        ("", False),
-        # Side effects a read-only transaction allows: other sessions, the server's files.
-        ("SELECT pg_cancel_backend(0)", False),
-        ('SELECT pg_catalog."pg_terminate_backend" (1)', False),
-        ("SELECT lo_export(1, '/tmp/x')", False),
-        ("SELECT 1 INTO OUTFILE '/tmp/x'", False),
-        ("SELECT LOAD_FILE('/etc/passwd')", False),
-        ("SELECT load_extension('x')", False),
-        ("SELECT * FROM dblink('host=x', 'DELETE FROM t') AS t(n int)", False),
-        ("SELECT 'pg_cancel_backend(0)' AS text -- lo_export(", True),
-        ("SELECT nextval('s')", True),  # the read-only transaction refuses it
-    ],
-)
-def test_only_a_single_select_with_or_explain_counts_as_a_read(sql, read):
-    assert is_read_only(sql) is read
 
 
 @pytest.fixture
@@ -126,8 +95,9 @@ def test_sqlite_write_needs_approval(start, model, shop_sqlite, approve):
     ask = runtime.wait_for(lambda x: x.get("kind") == "ask")["data"]
     assert ask["kind"] == "confirm"
     assert ask["prompt"] == (
-        "run_sql on The shop (shop, sqlite) — this statement may change "
-        "data:\nDELETE FROM orders WHERE day = 'Sun'"
+        "run_sql on The shop (shop, sqlite) — this statement is not a read, so it may change "
+        "data: it is a DELETE statement; a read is one SELECT, WITH or EXPLAIN.\n"
+        "DELETE FROM orders WHERE day = 'Sun'"
     )
     runtime.send(
         {
@@ -187,7 +157,9 @@ def test_a_read_only_datasource_refuses_writes_without_asking(start, model, shop
     lines = runtime.submit("delete everything")
     assert notifies(lines, "ask") == []  # nothing to approve: it cannot happen
     assert tool_results(model) == [
-        "error: datasource shop is read-only: only a single SELECT, WITH or EXPLAIN runs on it"
+        "error: datasource shop is read-only and this statement is not a read: it is a DELETE "
+        "statement; a read is one SELECT, WITH or EXPLAIN. Only one SELECT, WITH or EXPLAIN "
+        "that changes nothing and calls only the usual functions runs on it"
     ]
     assert count_sqlite(shop_sqlite) == 3
 
@@ -226,11 +198,13 @@ TABLE = "runtime_scratch_tips"  # in this session's own test database
 
 @pytest.fixture
 def scratch_table(django_db_setup, django_db_blocker) -> Iterator[str]:
-    """The test database's URL, with a scratch table ``runtime_scratch_tips`` of three rows
-    and a sequence ``runtime_scratch_tips_seq``, dropped afterwards."""
+    """The test database's URL, with a scratch table ``runtime_scratch_tips`` of three rows,
+    a sequence ``runtime_scratch_tips_seq`` and a view ``runtime_scratch_tips_next`` that
+    calls its ``nextval``, dropped afterwards."""
     with django_db_blocker.unblock():
         url = worker_database_url()
     with psycopg.connect(url, autocommit=True) as connection:
+        connection.execute("DROP VIEW IF EXISTS runtime_scratch_tips_next")
         connection.execute("DROP TABLE IF EXISTS runtime_scratch_tips")
         connection.execute("DROP SEQUENCE IF EXISTS runtime_scratch_tips_seq")
         connection.execute(
@@ -238,11 +212,16 @@ def scratch_table(django_db_setup, django_db_blocker) -> Iterator[str]:
         )
         connection.execute("CREATE SEQUENCE runtime_scratch_tips_seq")
         connection.execute(
+            "CREATE VIEW runtime_scratch_tips_next AS "
+            "SELECT nextval('runtime_scratch_tips_seq') AS next"
+        )
+        connection.execute(
             "INSERT INTO runtime_scratch_tips (day, tip) VALUES "
             "('Sat', 2.5), ('Sun', 3.5), ('Sun', 3.0)"
         )
     yield url
     with psycopg.connect(url, autocommit=True) as connection:
+        connection.execute("DROP VIEW IF EXISTS runtime_scratch_tips_next")
         connection.execute("DROP TABLE IF EXISTS runtime_scratch_tips")
         connection.execute("DROP SEQUENCE IF EXISTS runtime_scratch_tips_seq")
 
@@ -257,8 +236,9 @@ def test_postgresql_read_runs_read_only_and_write_runs_once_approved(start, mode
                 "GROUP BY day ORDER BY day",
                 datasource="tips_db",
             ),
-            # Looks like a read, but changes the sequence: the read-only transaction refuses it.
-            sql_call("SELECT nextval('runtime_scratch_tips_seq')", datasource="tips_db"),
+            # A read by the parser's rule (a view), but the view changes the sequence: the
+            # read-only transaction refuses it (the database's own wall).
+            sql_call("SELECT * FROM runtime_scratch_tips_next", datasource="tips_db"),
             sql_call(
                 "UPDATE runtime_scratch_tips SET tip = tip + 1 WHERE day = 'Sat'",
                 datasource="tips_db",
@@ -351,7 +331,8 @@ def test_mariadb_reads_stream_read_only_and_writes_run_once_approved(start, mode
     # Not a read, so not run before it is approved: the UPDATE and the broken statement.
     update, _ = [line["data"]["prompt"] for line in lines if line.get("kind") == "ask"]
     assert update == (
-        "run_sql on The shop (shop, mysql) — this statement may change data:\n"
+        "run_sql on The shop (shop, mysql) — this statement is not a read, so it may change "
+        "data: it is an UPDATE statement; a read is one SELECT, WITH or EXPLAIN.\n"
         "UPDATE shop_orders SET total = total + 1 WHERE day = 'Sat'"
     )
     with mariadb_cursor() as cursor:
@@ -361,16 +342,19 @@ def test_mariadb_reads_stream_read_only_and_writes_run_once_approved(start, mode
 
 @pytest.mark.parametrize("read_only", [False, True], ids=["writable", "read-only"])
 def test_a_mariadb_read_cannot_write(start, model, mariadb, read_only):
-    """A function with a side effect behind a SELECT runs in a READ ONLY transaction (and,
-    on a read-only datasource, a READ ONLY session)."""
+    """A function with a side effect behind a view is a read by the parser's rule (it
+    reads a view), and runs in a READ ONLY transaction (and, on a read-only datasource, a
+    READ ONLY session): the database's own wall refuses the write."""
     with mariadb_cursor() as cursor:
+        cursor.execute("DROP VIEW IF EXISTS shop_sneaky_view")
         cursor.execute("DROP FUNCTION IF EXISTS shop_sneaky")
         cursor.execute(
             "CREATE FUNCTION shop_sneaky() RETURNS INT MODIFIES SQL DATA"
             " BEGIN INSERT INTO shop_customers VALUES (9, 'Mallory'); RETURN 1; END"
         )
+        cursor.execute("CREATE VIEW shop_sneaky_view AS SELECT shop_sneaky() AS sneaky")
     try:
-        model.load(script(sql_call("SELECT shop_sneaky()")))
+        model.load(script(sql_call("SELECT * FROM shop_sneaky_view")))
         env = datasource_env("shop", "mysql", mariadb_database_url(), read_only=read_only)
         runtime = start("paw-agent", env=env)
         runtime.ready()
@@ -379,6 +363,7 @@ def test_a_mariadb_read_cannot_write(start, model, mariadb, read_only):
         assert sneaky.startswith("error: MySQL error:") and "READ ONLY" in sneaky.upper()
     finally:
         with mariadb_cursor() as cursor:
+            cursor.execute("DROP VIEW IF EXISTS shop_sneaky_view")
             cursor.execute("DROP FUNCTION IF EXISTS shop_sneaky")
     with mariadb_cursor() as cursor:
         cursor.execute("SELECT count(*) FROM shop_customers")
@@ -394,7 +379,9 @@ def test_mariadb_statement_time_limit_and_cancel(start, model, mariadb):
         env=datasource_env("shop", "mysql", mariadb_database_url()),
     )
     runtime.ready()
-    runtime.submit("slow", timeout=60)
+    # SLEEP is not on the allow-list (not a read): it runs once approved.
+    runtime.send({"op": "submit", "prompt": "slow", "run_id": "r1"})
+    approve_every_confirm(runtime, "r1")
     [slow] = tool_results(model)
     # The tool's time limit is the server's max_statement_time (MySQL: max_execution_time).
     assert (
@@ -402,7 +389,18 @@ def test_mariadb_statement_time_limit_and_cancel(start, model, mariadb):
     )
     model.load(script(sql_call("SELECT SLEEP(30)")))
     runtime.send({"op": "submit", "prompt": "slow again", "run_id": "r2"})
-    runtime.wait_for(lambda x: x.get("kind") == "tool_running")
+    ask = runtime.wait_for(lambda x: x.get("kind") == "ask")["data"]
+    runtime.send({"op": "answer", "run_id": "r2", "answers": ["y"], "ask_id": ask["ask_id"]})
+
+    def sleeping() -> bool:
+        with mariadb_cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM information_schema.processlist "
+                "WHERE info = 'SELECT SLEEP(30)'"
+            )
+            return cursor.fetchone()[0] > 0
+
+    wait_for(sleeping, what="the approved SLEEP running on the server")
     runtime.send({"op": "cancel", "run_id": "r2"})
     result = runtime.wait_for(lambda x: x.get("type") == "result", timeout=10)
     assert result["cancelled"] is True
@@ -446,19 +444,3 @@ def test_structured_results_are_real_json_values_on_postgresql():
     assert json.loads(json.dumps(structured)) == structured
     table = result.text()
     assert '{"a": [1, 2], "b": {"c": null, "d": 1.5}}' in table and "P1DT2H" in table
-
-
-def test_the_rule_of_a_read_needs_nothing_but_the_standard_library():
-    """PAW's server imports ``paw_agent.sqlcheck`` (its one import of paw-agent): it must
-    stay pure, pulling in no other module of paw-agent and no third-party package."""
-    import subprocess
-    import sys
-
-    probe = (
-        "import sys; before = set(sys.modules); import paw_agent.sqlcheck; "
-        "new = sorted(set(sys.modules) - before); print(' '.join(new))"
-    )
-    loaded = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
-    ).stdout.split()
-    assert set(loaded) <= {"paw_agent", "paw_agent.sqlcheck"}, loaded

@@ -121,7 +121,10 @@ def test_operators_add_edit_list_and_delete_docs_and_examples(operator_client, s
         url, {"kind": "doc", "title": "Money", "text": "Totals are in **EUR**."}, format="json"
     )
     assert doc.status_code == 201, doc.json()
-    assert set(doc.json()) == {"id", "kind", "title", "text", "sql", "created_at", "updated_at"}
+    assert set(doc.json()) == {
+        "id", "kind", "title", "text", "sql", "flag_reason", "created_at", "updated_at",
+    }  # fmt: skip
+    assert doc.json()["flag_reason"] == ""
     example = post_example(
         operator_client, "shop", "Total per day", "SELECT day, sum(total) FROM orders GROUP BY day"
     )
@@ -218,10 +221,18 @@ def test_examples_are_checked_on_postgresql_read_only(operator_client, pg_shop):
         operator_client, "pg", "Oops", "DELETE FROM paw_knowledge_test.orders RETURNING id"
     )
     assert write.status_code == 400 and write.json()["code"] == "example_not_a_read"
-    # ... and a writable datasource's example still runs in a read-only transaction.
+    # ... a function off the allow-list too (nextval changes a sequence) ...
+    bump = post_example(operator_client, "pg", "Bump", "SELECT nextval('paw_knowledge_test.ids')")
+    assert bump.status_code == 400 and bump.json()["code"] == "example_not_a_read"
+    assert bump.json()["check"] == "function" and "nextval()" in bump.json()["detail"]
+    # ... and a writable datasource's example still runs in a read-only transaction: a view
+    # that changes a sequence is a read by the parser's rule, which the database refuses.
     with pg_datasource_connect() as db:
         db.execute("CREATE SEQUENCE paw_knowledge_test.ids")
-    bump = post_example(operator_client, "pg", "Bump", "SELECT nextval('paw_knowledge_test.ids')")
+        db.execute(
+            "CREATE VIEW paw_knowledge_test.next_id AS SELECT nextval('paw_knowledge_test.ids')"
+        )
+    bump = post_example(operator_client, "pg", "Bump", "SELECT * FROM paw_knowledge_test.next_id")
     assert bump.status_code == 400 and bump.json()["code"] == "example_failed"
     assert "read-only transaction" in bump.json()["detail"]
     with pg_datasource_connect() as cursor:
@@ -237,7 +248,11 @@ def test_examples_are_checked_on_mariadb_read_only(operator_client, mariadb):
     assert good.status_code == 201, good.json()
     write = post_example(operator_client, "maria", "Oops", "DELETE FROM shop_orders")
     assert write.status_code == 400 and write.json()["code"] == "example_not_a_read"
-    slow = post_example(operator_client, "maria", "Slow", "SELECT SLEEP(60)")
+    slow_sql = (
+        "SELECT count(*) FROM information_schema.collations AS a, "
+        "information_schema.collations AS b, information_schema.collations AS c"
+    )  # a read that takes minutes
+    slow = post_example(operator_client, "maria", "Slow", slow_sql)
     assert slow.status_code == 400 and "max_statement_time" in slow.json()["detail"]
 
 

@@ -1,0 +1,347 @@
+"""paw-sqlcheck: whether a SQL statement is a *read*, decided by a SQL parser.
+
+One rule, used wherever PAW judges a statement: paw-agent's ``run_sql`` (a statement
+that is not a read needs a person's approval on a writable datasource and is refused on
+a read-only one) and the server's check of a knowledge example (only reads are saved).
+Both install this distribution; it imports nothing of either.
+
+A statement is a read when all of these hold (:func:`judge`):
+
+1. It parses, for its dialect (PostgreSQL, MySQL / MariaDB or SQLite), with sqlglot: its
+   comments and every literal form of the dialect (``E'…'``, dollar quoting, MySQL's
+   backslash escapes, ``X'…'``, identifiers in ``"…"``, backquotes or brackets) are the
+   parser's business, not a pattern's. What the parser cannot parse, or parses only as
+   an opaque command, is not a read.
+2. It is exactly one statement, a query: ``SELECT``, ``WITH … SELECT``, a set operation
+   (``UNION`` …), ``VALUES``, ``TABLE t`` — or ``EXPLAIN`` (with any of its options,
+   ``ANALYZE`` too) of such a query.
+3. Every node of its tree is of a kind a read holds (:data:`allowlist.READ_NODES`): no
+   data-modifying statement anywhere (DML in a CTE), no ``SELECT … INTO`` / ``INTO
+   OUTFILE``, no locking clause (``FOR UPDATE``), no assignment, no user-defined operator.
+4. It calls only functions on the allow-list of its dialect
+   (:data:`allowlist.FUNCTIONS`: aggregates, window, string, math, date/time, JSON,
+   arrays, conditionals, casts, harmless information functions), by their plain names:
+   a quoted or schema-qualified function name is a user-defined function, never a read.
+   Operators and functions with a grammar of their own (``CAST``, ``EXTRACT``, ``CASE``,
+   ``->``) are allowed by kind (:data:`allowlist.SYNTAX_FUNCTIONS`).
+5. On MySQL / MariaDB it holds no executable comment (``/*! … */``, ``/*M! … */``): the
+   server runs what they hold, and a parser reads them as comments.
+
+The database is the second wall (PAW refuses a read-only datasource whose user may do
+more than read, and runs reads in a read-only transaction): this check decides what is
+let through without asking, not what the database allows.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import re
+from dataclasses import dataclass, replace
+from typing import Any
+
+from paw_sqlcheck.allowlist import FUNCTIONS, READ_NODES, SYNTAX_FUNCTIONS
+
+__all__ = [
+    "DIALECTS", "MAX_SQL_CHARS", "POSTGRESQL_SESSION_OPTIONS", "Verdict", "is_read", "judge",
+    "mysql_sql_mode",
+]  # fmt: skip
+
+#: PAW's dialect names (and their aliases) → the dialect of the allow-lists.
+DIALECTS = {
+    "postgresql": "postgresql", "postgres": "postgresql", "mysql": "mysql",
+    "mariadb": "mysql", "sqlite": "sqlite", "sqlite3": "sqlite",
+}  # fmt: skip
+#: sqlglot's name for each dialect.
+_SQLGLOT = {"postgresql": "postgres", "mysql": "mysql", "sqlite": "sqlite"}
+_LABELS = {"postgresql": "PostgreSQL", "mysql": "MySQL / MariaDB", "sqlite": "SQLite"}
+#: Longer statements are not judged (not a read): parsing time stays bounded.
+MAX_SQL_CHARS = 100_000
+#: Words between ``EXPLAIN`` and the statement it explains (PostgreSQL's ``ANALYZE
+#: VERBOSE``, MySQL's ``FORMAT=JSON`` / ``EXTENDED`` / ``PARTITIONS``, SQLite's ``QUERY
+#: PLAN``); PostgreSQL's parenthesised option list is skipped whole.
+_EXPLAIN_WORDS = frozenset(
+    {"ANALYZE", "ANALYSE", "VERBOSE", "QUERY", "PLAN", "EXTENDED", "PARTITIONS", "FORMAT",
+     "=", "TRADITIONAL", "JSON", "TREE"}
+)  # fmt: skip
+_EXPLAIN_KEYWORDS = frozenset({"EXPLAIN", "DESCRIBE", "DESC"})
+_STATEMENTS = frozenset(
+    {"Insert", "Update", "Delete", "Merge", "Copy", "Pragma", "Attach", "Detach", "Set",
+     "Use", "Grant", "Revoke", "Analyze", "Describe", "Show", "Transaction", "Commit",
+     "Rollback", "LoadData", "Kill", "Execute", "Declare"}
+)  # fmt: skip
+_QUERY_ROOTS = frozenset({"Select", "Union", "Intersect", "Except", "Subquery", "Values"})
+#: Node kinds with a reason of their own when they make a statement not a read.
+_WRITES = {
+    "Into": "it writes its rows into a table, a variable or a file (SELECT … INTO)",
+    "Lock": "it locks rows (FOR UPDATE / FOR SHARE / LOCK IN SHARE MODE)",
+    "PropertyEQ": "it assigns a variable (:=)",
+    "Operator": "it calls a user-defined operator (OPERATOR(…))",
+    "Hint": "it carries optimizer hints, which may set variables",
+}
+
+
+#: libpq ``options`` that make a PostgreSQL session read string literals as the parser does:
+#: a backslash in an ordinary ``'…'`` string is a plain character (the default since 9.1,
+#: which a server's configuration may still turn off; with it off, ``'\\'`` would end
+#: elsewhere than the parser thinks). Both sides add it to every connection they judge for.
+POSTGRESQL_SESSION_OPTIONS = "-c standard_conforming_strings=on"
+#: ``sql_mode`` flags under which MySQL / MariaDB read a statement otherwise than the
+#: parser: ``"…"`` as a name instead of a string (``ANSI_QUOTES``, part of ``ANSI``),
+#: backslashes as plain characters (``NO_BACKSLASH_ESCAPES``).
+MYSQL_LEXING_MODES = frozenset({"ANSI", "ANSI_QUOTES", "NO_BACKSLASH_ESCAPES"})
+
+
+def mysql_sql_mode(current: str) -> str:
+    """The session's ``sql_mode`` (``@@SESSION.sql_mode``, comma-separated) without
+    :data:`MYSQL_LEXING_MODES`, the rest kept in order: set it on a connection before a
+    statement judged by this module runs (``SET SESSION sql_mode = %s``)."""
+    kept = [m for m in str(current or "").split(",") if m and m.upper() not in MYSQL_LEXING_MODES]
+    return ",".join(kept)
+
+
+class _QuietCommandFallback(logging.Filter):
+    """sqlglot logs a warning each time it reads a statement as an opaque command
+    (``SHOW``, ``CALL``, ``DO``…); for this check that is an ordinary answer (not a
+    read), not something for the logs."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Falling back to parsing as a 'Command'" not in record.getMessage()
+
+
+logging.getLogger("sqlglot").addFilter(_QuietCommandFallback())
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What :func:`judge` found.
+
+    ``read``: the statement is a read. ``code``: ``read``, or why not — ``empty``,
+    ``several_statements``, ``unparsed``, ``not_a_query``, ``writes``, ``function``
+    (a call outside the allow-list), ``qualified_function``, ``quoted_function``,
+    ``unknown_node`` (a construct PAW does not know to be a read),
+    ``executable_comment``, ``too_long``, ``unknown_dialect``. ``reason``: one sentence
+    for a person or the model (empty for a read). ``tables``: the tables and views it
+    reads (``schema.table`` where qualified; CTE names left out), ``functions``: the
+    functions it calls by name (lower-case), both sorted; filled for a read and for a
+    statement refused by its tree. ``explain``: the read is an ``EXPLAIN`` (its rows are
+    a plan, and PostgreSQL cannot read it through a cursor).
+    """
+
+    read: bool
+    code: str
+    reason: str = ""
+    tables: tuple[str, ...] = ()
+    functions: tuple[str, ...] = ()
+    explain: bool = False
+
+
+def is_read(sql: str, *, dialect: str) -> bool:
+    """Whether ``sql`` is one read on ``dialect`` (see :func:`judge`)."""
+    return judge(sql, dialect=dialect).read
+
+
+def judge(sql: str, *, dialect: str) -> Verdict:
+    """Judge ``sql`` for ``dialect`` (``postgresql``, ``mysql`` or ``sqlite``, or an alias
+    in :data:`DIALECTS`) by the rules of the module docstring. Never raises: anything
+    that cannot be judged (a parser failure, a statement over :data:`MAX_SQL_CHARS`
+    characters, an unknown dialect) is a :class:`Verdict` that is not a read."""
+    canonical = DIALECTS.get(str(dialect).strip().lower())
+    if canonical is None:
+        return Verdict(False, "unknown_dialect", f"PAW knows no SQL dialect {dialect!r}")
+    if not isinstance(sql, str) or not sql.strip():
+        return Verdict(False, "empty", "there is no statement")
+    if len(sql) > MAX_SQL_CHARS:
+        return Verdict(
+            False, "too_long", f"a statement over {MAX_SQL_CHARS:,} characters is not checked"
+        )
+    if canonical == "mysql" and ("/*!" in sql or "/*m!" in sql.lower()):
+        return Verdict(
+            False,
+            "executable_comment",
+            "it holds an executable comment (/*! … */), whose text MySQL and MariaDB run",
+        )
+    try:
+        return _judge(sql, canonical, explain=True)
+    except RecursionError:
+        return Verdict(False, "unparsed", "it is nested too deeply to be parsed")
+
+
+def _a(word: str) -> str:
+    """``word`` with its indefinite article (``an UPDATE``, ``a DELETE``)."""
+    return f"{'an' if word[:1] in 'AEIOU' else 'a'} {word}"
+
+
+def _tokens(sql: str, dialect: str) -> list[Any]:
+    from sqlglot.dialects.dialect import Dialect
+
+    return Dialect.get_or_raise(_SQLGLOT[dialect]).tokenize(sql)
+
+
+def _first_line(error: Exception) -> str:
+    """The parser's message, one line, without the terminal colours sqlglot adds."""
+    errors = getattr(error, "errors", None)
+    if errors and isinstance(errors[0], dict) and errors[0].get("description"):
+        first = errors[0]
+        text = f"{first['description']} (line {first.get('line')}, column {first.get('col')})"
+    else:
+        text = re.sub(r"\x1b\[[0-9;]*m", "", str(error))
+    text = " ".join(text.split())
+    return text[:200] + ("…" if len(text) > 200 else "")
+
+
+def _judge(sql: str, dialect: str, *, explain: bool) -> Verdict:
+    import sqlglot
+
+    try:
+        tokens = _tokens(sql, dialect)
+    except Exception as exc:  # sqlglot's TokenError, or any failure: not judged, not a read
+        return Verdict(False, "unparsed", f"it cannot be parsed: {_first_line(exc)}")
+    if not tokens:
+        return Verdict(False, "empty", "there is no statement (only comments)")
+    from sqlglot.tokens import TokenType
+
+    statements = 1
+    for before, token in itertools.pairwise(tokens):
+        if before.token_type == TokenType.SEMICOLON and token.token_type != TokenType.SEMICOLON:
+            statements += 1
+    if statements > 1:
+        return Verdict(
+            False, "several_statements", "it is several statements; a read is exactly one"
+        )
+    if explain and tokens[0].text.upper() in _EXPLAIN_KEYWORDS:
+        return _explained(sql, tokens[0], dialect)
+    try:
+        parsed = sqlglot.parse(sql, read=_SQLGLOT[dialect])
+    except Exception as exc:  # ParseError, or any failure of the parser
+        return Verdict(False, "unparsed", f"it cannot be parsed: {_first_line(exc)}")
+    from sqlglot import exp
+
+    roots = [node for node in parsed if node is not None and not isinstance(node, exp.Semicolon)]
+    if len(roots) != 1:
+        return Verdict(
+            False, "several_statements", "it is several statements; a read is exactly one"
+        )
+    root = roots[0]
+    if type(root).__name__ not in _QUERY_ROOTS:
+        # The statement's own name where the parser knows it as a statement (a WITH that
+        # ends in a DELETE is a DELETE), else its first word (LISTEN, VACUUM…).
+        kind = tokens[0].text.upper()
+        if isinstance(root, exp.Command):
+            kind = str(root.this).upper()
+        elif isinstance(root, exp.DML | exp.DDL) or type(root).__name__ in _STATEMENTS:
+            kind = root.key.upper()
+        return Verdict(
+            False,
+            "not_a_query",
+            f"it is {_a(kind)} statement; a read is one SELECT, WITH or EXPLAIN",
+        )
+    return _tree_verdict(root, sql, dialect)
+
+
+def _explained(sql: str, keyword: Any, dialect: str) -> Verdict:
+    """``EXPLAIN [options] <statement>``: a read when the statement is (``EXPLAIN
+    ANALYZE`` runs it, so it must be)."""
+    from sqlglot.tokens import TokenType
+
+    rest = sql[keyword.end + 1 :]
+    try:
+        tokens = _tokens(rest, dialect)
+    except Exception as exc:
+        return Verdict(False, "unparsed", f"it cannot be parsed: {_first_line(exc)}")
+    index = 0
+    if tokens and tokens[0].token_type == TokenType.L_PAREN:
+        index = 1
+        while index < len(tokens) and tokens[index].token_type != TokenType.R_PAREN:
+            if tokens[index].token_type == TokenType.L_PAREN:
+                return Verdict(False, "unparsed", "its EXPLAIN options cannot be read")
+            index += 1
+        index += 1
+    while index < len(tokens) and tokens[index].text.upper() in _EXPLAIN_WORDS:
+        index += 1
+    if index >= len(tokens):
+        return Verdict(False, "not_a_query", "it is an EXPLAIN of no statement")
+    verdict = _judge(rest[tokens[index].start :], dialect, explain=False)
+    if verdict.read:
+        return replace(verdict, explain=True)
+    if verdict.code != "not_a_query":
+        return verdict
+    return Verdict(False, "not_a_query", f"it explains what is not a read: {verdict.reason}")
+
+
+def _tree_verdict(root: Any, sql: str, dialect: str) -> Verdict:
+    from sqlglot import exp
+
+    functions: set[str] = set()
+    ctes = {cte.alias_or_name.lower() for cte in root.find_all(exp.CTE)}
+    tables: set[str] = set()
+
+    def refused(code: str, reason: str) -> Verdict:
+        return Verdict(False, code, reason, tuple(sorted(tables)), tuple(sorted(functions)))
+
+    for node in root.walk():
+        kind = type(node).__name__
+        if isinstance(node, exp.Func):
+            problem = _function_problem(node, sql, dialect, functions)
+            if problem is not None:
+                return refused(*problem)
+            continue
+        if kind not in READ_NODES:
+            if kind in _WRITES:
+                return refused("writes", _WRITES[kind])
+            if isinstance(node, exp.DML | exp.DDL) or kind in ("Insert", "Update", "Delete"):
+                return refused(
+                    "writes", f"it holds {_a(node.key.upper())} statement, which changes data"
+                )
+            return refused(
+                "unknown_node",
+                f"it uses {node.key.upper()}, which PAW does not know to be a read",
+            )
+        if isinstance(node, exp.Dot) and isinstance(node.expression, exp.Func):
+            return refused(
+                "qualified_function",
+                f"it calls {node.sql(dialect=_SQLGLOT[dialect])[:80]} by a schema-qualified "
+                "name; a read calls functions by their plain names only",
+            )
+        if isinstance(node, exp.Table) and isinstance(node.this, exp.Identifier):
+            name = ".".join(part.name for part in node.parts)
+            if name.lower() not in ctes:
+                tables.add(name)
+    return Verdict(True, "read", "", tuple(sorted(tables)), tuple(sorted(functions)))
+
+
+def _function_problem(
+    node: Any, sql: str, dialect: str, functions: set[str]
+) -> tuple[str, str] | None:
+    """Why a function node makes the statement not a read (``(code, reason)``), or None.
+    A node the parser made from ``name(`` carries the name's position (its ``meta``): that
+    name, as the database will look it up, must be on the dialect's list. A node without
+    one comes from syntax (an operator, ``CAST``, ``CASE``…) and is judged by its kind."""
+    from sqlglot import exp
+
+    meta = node.meta or {}
+    if "start" in meta and "end" in meta:
+        text = sql[meta["start"] : meta["end"] + 1]
+    elif isinstance(node, exp.Anonymous):
+        text = str(node.name)
+    elif type(node).__name__ in SYNTAX_FUNCTIONS:
+        return None
+    else:
+        return (
+            "unknown_node",
+            f"it uses {node.key.upper()}, which PAW does not know to be a read",
+        )
+    if text[:1] in ('"', "`", "["):
+        return (
+            "quoted_function",
+            f"it calls {text}() by a quoted name, which names a user-defined function",
+        )
+    name = text.lower()
+    functions.add(name)
+    if name not in FUNCTIONS[dialect]:
+        return (
+            "function",
+            f"it calls {name}(), which is not on the list of functions a read may call on "
+            f"{_LABELS[dialect]} (a function outside it may change data or reach the server)",
+        )
+    return None

@@ -1,0 +1,237 @@
+"""Side effects dressed as reads, through paw-agent's ``run_sql`` on the real databases.
+
+Issue 25 found these running on a read-only datasource without an approval: reading the
+database server's files, killing another client's session, settings, advisory locks,
+notifications. Each database here is reached as its *superuser* on purpose: the parser's
+rule alone must refuse them (the database's own wall, a read-only user, is tested
+apart: ``tests/secrets_vault/test_datasource_privileges.py``). On a read-only datasource
+each is refused without asking; on a writable one each asks, and a decline runs nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sqlite3
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from tests.mariadb import mariadb_cursor, mariadb_database_url
+from tests.paw_agent.driver import notifies
+from tests.paw_agent.test_sql import datasource_env, script, tool_results
+from tests.paw_sqlcheck.corpus import ATTACKS, DIALECT_ATTACKS
+from tests.pgdatasource import pg_datasource_settings
+
+#: Issue 25's findings, verbatim.
+ISSUE_FINDINGS = [
+    "SELECT pg_read_file/**/('/etc/hostname') AS f",
+    "SELECT pg_terminate_backend/**/(pid) FROM pg_stat_activity "
+    "WHERE datname = current_database() AND pid <> pg_backend_pid()",
+    "SELECT set_config/**/('default_transaction_read_only','off',false), "
+    "pg_advisory_lock/**/(42), pg_notify/**/('ch','x')",
+    "SELECT pg_read_file--x\n('/etc/hostname')",
+    "SELECT E'\\'', pg_read_file('/etc/hostname')",
+]
+REFUSED = "error: datasource {slug} is read-only and this statement is not a read: "
+
+
+def calls(queries: list[str], datasource: str) -> dict:
+    """One model turn calling ``run_sql`` once per query, in order."""
+    return {
+        "tool_calls": [
+            {"name": "run_sql", "arguments": {"datasource": datasource, "query": query}}
+            for query in queries
+        ]
+    }
+
+
+def decline_every_confirm(runtime, run_id: str) -> list[dict]:
+    """Run ``run_id`` to its result, declining each confirm it asks; the asks."""
+    asks = []
+    while True:
+        line = runtime.wait_for(lambda x: x.get("kind") == "ask" or x.get("type") == "result")
+        if line.get("type") == "result":
+            return asks
+        asks.append(line["data"])
+        runtime.send(
+            {"op": "answer", "run_id": run_id, "answers": ["no"], "ask_id": line["data"]["ask_id"]}
+        )
+
+
+@pytest.fixture
+def pg_superuser():
+    """The datasource test database as its superuser: ``(url, connect)``, with a table
+    ``attack_orders`` (2 rows) and a sequence ``attack_seq``, dropped afterwards."""
+    server = pg_datasource_settings()
+    url = f"postgresql://{server['user']}@{server['host']}:{server['port']}/{server['database']}"
+
+    def connect(**more):
+        return psycopg.connect(url, autocommit=True, **more)
+
+    with connect() as conn:
+        conn.execute("DROP TABLE IF EXISTS attack_orders")
+        conn.execute("DROP SEQUENCE IF EXISTS attack_seq")
+        conn.execute("CREATE TABLE attack_orders (id int PRIMARY KEY, total numeric)")
+        conn.execute("INSERT INTO attack_orders VALUES (1, 10), (2, 20)")
+        conn.execute("CREATE SEQUENCE attack_seq")
+    yield url, connect
+    with connect() as conn:
+        conn.execute("DROP TABLE IF EXISTS attack_orders")
+        conn.execute("DROP SEQUENCE IF EXISTS attack_seq")
+
+
+def _pg_state(connect) -> tuple:
+    """What the attacks would change, as another client sees it."""
+    with connect() as conn:
+        rows = conn.execute("SELECT count(*), sum(total) FROM attack_orders").fetchone()
+        sequence = conn.execute("SELECT last_value, is_called FROM attack_seq").fetchone()
+        objects = conn.execute("SELECT count(*) FROM pg_largeobject_metadata").fetchone()[0]
+        locks = conn.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'")
+        return rows, sequence, objects, locks.fetchone()[0]
+
+
+def _pg_queries(tmp_path: Path) -> tuple[list[str], Path]:
+    marker = tmp_path / f"program-{secrets.token_hex(4)}"
+    queries = [
+        *ISSUE_FINDINGS,
+        "SELECT pg_catalog.pg_terminate_backend(pid) FROM pg_stat_activity "
+        "WHERE pid <> pg_backend_pid()",
+        'SELECT "pg_cancel_backend"(pid) FROM pg_stat_activity WHERE pid <> pg_backend_pid()',
+        "SELECT lo_import('/etc/hostname')",
+        "SELECT nextval('attack_seq')",
+        "WITH gone AS (DELETE FROM attack_orders RETURNING *) SELECT count(*) FROM gone",
+        "EXPLAIN ANALYZE DELETE FROM attack_orders",
+        "SELECT * FROM attack_orders FOR UPDATE",
+        "SELECT query_to_xml('SELECT pg_read_file(''/etc/hostname'')', true, true, '')",
+        f"COPY (SELECT 1) TO PROGRAM 'touch {marker}'",
+        "DO $$ BEGIN PERFORM pg_advisory_lock(42); END $$",
+        "SELECT 1; DELETE FROM attack_orders",
+    ]
+    return queries, marker
+
+
+@pytest.mark.django_db  # the datasource test database's name follows the test database's
+def test_postgresql_side_effects_are_refused_on_a_read_only_datasource_without_asking(
+    start, model, pg_superuser, tmp_path
+):
+    url, connect = pg_superuser
+    queries, marker = _pg_queries(tmp_path)
+    before = _pg_state(connect)
+    with connect() as victim, connect() as listener:
+        listener.execute("LISTEN ch")
+        victim_pid = victim.execute("SELECT pg_backend_pid()").fetchone()[0]
+        model.load(script(calls(queries, "pg")))
+        runtime = start("paw-agent", env=datasource_env("pg", "postgresql", url, read_only=True))
+        runtime.ready()
+        lines = runtime.submit("attack", timeout=120)
+        assert notifies(lines, "ask") == []  # nothing to approve: it cannot happen
+        results = tool_results(model)
+        assert len(results) == len(queries)
+        for query, result in zip(queries, results, strict=True):
+            assert result.startswith(REFUSED.format(slug="pg")), (query, result)
+        # Each says why: the function it calls, the write it holds.
+        assert "pg_read_file()" in results[0] and "pg_terminate_backend()" in results[1]
+        assert "set_config()" in results[2] and "pg_read_file()" in results[3]
+        # The other client's session lives, heard nothing, and nothing changed.
+        assert victim.execute("SELECT pg_backend_pid()").fetchone()[0] == victim_pid
+        assert list(listener.notifies(timeout=0.2, stop_after=1)) == []
+    assert _pg_state(connect) == before
+    assert not marker.exists()
+
+
+@pytest.mark.django_db
+def test_postgresql_side_effects_ask_on_a_writable_datasource_and_a_decline_runs_nothing(
+    start, model, pg_superuser, tmp_path
+):
+    url, connect = pg_superuser
+    queries, marker = _pg_queries(tmp_path)
+    before = _pg_state(connect)
+    model.load(script(calls(queries, "pg")))
+    runtime = start("paw-agent", env=datasource_env("pg", "postgresql", url))
+    runtime.ready()
+    runtime.send({"op": "submit", "prompt": "attack", "run_id": "r1"})
+    asks = decline_every_confirm(runtime, "r1")
+    assert len(asks) == len(queries)
+    for query, ask in zip(queries, asks, strict=True):
+        assert ask["kind"] == "confirm"
+        assert ask["prompt"].startswith(
+            "run_sql on The shop (pg, postgresql) — this statement is not a read, so it may "
+            "change data: it "
+        )
+        assert ask["prompt"].endswith("\n" + query.strip())
+    assert all(result == "declined by the user" for result in tool_results(model))
+    assert _pg_state(connect) == before
+    assert not marker.exists()
+
+
+def test_mariadb_side_effects_are_refused_on_a_read_only_datasource(start, model, mariadb):
+    target = f"/tmp/paw-attack-{secrets.token_hex(6)}"
+    queries = [
+        "SELECT LOAD_FILE('/etc/hostname')",
+        "SELECT load_file # comment\n('/etc/hostname')",
+        "SELECT GET_LOCK('paw_attack', 0)",
+        "SELECT 1 /*!, GET_LOCK('paw_attack', 0) */",
+        "SELECT 1 /*M!, GET_LOCK('paw_attack', 0) */",
+        "SELECT 'a\\'', GET_LOCK('paw_attack', 0) -- '",
+        f"SELECT 1 INTO OUTFILE '{target}'",
+        "SELECT SLEEP(5)",
+        "SELECT @v := 1",
+        "SELECT * FROM shop_orders LOCK IN SHARE MODE",
+        "SELECT 1; DELETE FROM shop_orders",
+        "DELETE FROM shop_orders",
+    ]
+    model.load(script(calls(queries, "shop")))
+    env = datasource_env("shop", "mysql", mariadb_database_url(), read_only=True)
+    runtime = start("paw-agent", env=env)
+    runtime.ready()
+    lines = runtime.submit("attack", timeout=120)
+    assert notifies(lines, "ask") == []
+    results = tool_results(model)
+    for query, result in zip(queries, results, strict=True):
+        assert result.startswith(REFUSED.format(slug="shop")), (query, result)
+    assert "executable comment" in results[3] and "executable comment" in results[4]
+    with mariadb_cursor() as cursor:
+        cursor.execute("SELECT IS_FREE_LOCK('paw_attack'), count(*) FROM shop_orders")
+        assert cursor.fetchone() == (1, 3)
+    assert not os.path.exists(target)
+
+
+def test_sqlite_side_effects_are_refused_on_a_read_only_datasource(start, model, tmp_path):
+    path = tmp_path / "shop.sqlite3"
+    with sqlite3.connect(path) as connection:
+        connection.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY, total REAL)")
+        connection.execute("INSERT INTO orders (total) VALUES (1.5), (2.5)")
+    evil = tmp_path / "evil.db"
+    queries = [
+        f"ATTACH DATABASE '{evil}' AS e",
+        f"VACUUM INTO '{evil}'",
+        "PRAGMA writable_schema = 1",
+        "SELECT load_extension('/nowhere/x')",
+        "SELECT [load_extension]('/nowhere/x')",
+        "SELECT randomblob(100000000)",
+        "WITH gone AS (DELETE FROM orders RETURNING *) SELECT * FROM gone",
+        "SELECT 1; DELETE FROM orders",
+        *DIALECT_ATTACKS["sqlite"],
+    ]
+    model.load(script(calls(queries, "shop")))
+    # Read-write at the URL: the parser's rule is the wall being tested.
+    runtime = start(
+        "paw-agent", env=datasource_env("shop", "sqlite", f"sqlite:///{path}", read_only=True)
+    )
+    runtime.ready()
+    lines = runtime.submit("attack", timeout=120)
+    assert notifies(lines, "ask") == []
+    for query, result in zip(queries, tool_results(model), strict=True):
+        assert result.startswith(REFUSED.format(slug="shop")), (query, result)
+    assert not evil.exists()
+    with sqlite3.connect(path) as connection:
+        assert connection.execute("SELECT count(*) FROM orders").fetchone()[0] == 2
+
+
+def test_the_corpus_holds_every_statement_this_file_sends():
+    """The queries sent here are attacks by the rule's own corpus too (one list of what
+    must never be a read, used by the parser's tests on all three dialects)."""
+    corpus = set(ATTACKS) | {q for attacks in DIALECT_ATTACKS.values() for q in attacks}
+    assert set(ISSUE_FINDINGS) <= corpus
