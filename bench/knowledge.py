@@ -117,6 +117,9 @@ COMMENT ON VIEW taxi_borough_daily IS
     'Taxi trips and takings (money paid) per pickup borough and day';
 """
 
+#: The warehouse datasource's database user: it can only read.
+READER = "paw_bench_reader"
+
 MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August",
           "September", "October", "November", "December"]  # fmt: skip
 
@@ -138,6 +141,11 @@ def load_warehouse(url: str) -> None:
     with psycopg.connect(url.rsplit("/", 1)[0] + "/postgres", autocommit=True) as admin:
         admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
         admin.execute(f'CREATE DATABASE "{name}"')
+        # The read-only datasource's user reads and nothing more, as PAW requires
+        # (docs/vault.md, "A read-only database user").
+        if not admin.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [READER]).fetchone():
+            admin.execute(f"CREATE ROLE {READER} LOGIN")
+        admin.execute(f"GRANT pg_read_all_data TO {READER}")
     with psycopg.connect(url) as db:
         db.execute(WAREHOUSE_DDL)
 
@@ -294,7 +302,7 @@ def main() -> None:
     source = datasource_create(
         slug="warehouse", name="Sample warehouse", dialect="postgresql",
         connection={"host": host.split(":")[0], "port": int(host.split(":")[1]) if ":" in host else 5432,
-                    "database": rest, "user": "postgres"},
+                    "database": rest, "user": READER},
     )  # fmt: skip
     tables = datasource_schema_refresh(datasource_id=source.pk, user=None)
     for doc in spec["docs"]:

@@ -40,14 +40,21 @@ from sandboxes.network import JAIL_DIR, NetworkPlan, relay_prefix
 logger = logging.getLogger(__name__)
 
 
+#: The packages of this repository the runtime imports: paw-agent itself and the rule of a
+#: read it shares with the server.
+RUNTIME_PACKAGES = ("paw_agent", "paw_sqlcheck")
+
+
 @functools.cache
-def runtime_package() -> Path | None:
-    """The folder of the installed ``paw_agent`` package (found, never imported: PAW runs
-    the runtime only as a subprocess), or ``None`` when it is not installed here."""
-    spec = importlib.util.find_spec("paw_agent")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations))).resolve()
+def runtime_packages() -> tuple[Path, ...]:
+    """The folders of the installed :data:`RUNTIME_PACKAGES` (found, never imported: PAW
+    runs the runtime only as a subprocess); those not installed here are left out."""
+    found = []
+    for name in RUNTIME_PACKAGES:
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.submodule_search_locations:
+            found.append(Path(next(iter(spec.submodule_search_locations))).resolve())
+    return tuple(found)
 
 
 # Pieces of /etc a Python process needs: names, TLS roots, time zone, fonts, linker cache.
@@ -412,10 +419,8 @@ def _python_paths() -> list[Path]:
     """The interpreter, the virtual environment and the runtime's own source, read-only."""
     paths = {Path(sys.base_prefix).resolve(), Path(sys.prefix)}
     # An editable install imports the runtime from the source tree: expose only the
-    # runtime package, never the rest of the project.
-    package = runtime_package()
-    if package is not None:
-        paths.add(package)
+    # runtime's packages, never the rest of the project.
+    paths.update(runtime_packages())
     return sorted(paths)
 
 

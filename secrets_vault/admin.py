@@ -22,6 +22,7 @@ from secrets_vault.models import CustomProvider, Datasource, KnowledgeEntry, Sec
 from secrets_vault.services import (
     custom_provider_save,
     datasource_paw_database_check,
+    datasource_privileges_enforce,
     datasource_save,
     datasource_schema_refresh_request,
     datasource_test,
@@ -181,13 +182,14 @@ class SchemaEntryInline(admin.TabularInline):
 
 class DatasourceAdminForm(forms.ModelForm):
     """The datasource's fields, refused when the connection reaches PAW's own database
-    (``services.datasource_paw_database_check``)."""
+    (``services.datasource_paw_database_check``) or, read-only, its database user can do
+    more than read and that was not accepted (``services.datasource_privileges_enforce``)."""
 
     class Meta:
         model = Datasource
         fields = (
-            "slug", "name", "description", "dialect", "connection", "read_only", "enabled",
-            "allowed_hosts",
+            "slug", "name", "description", "dialect", "connection", "read_only",
+            "allow_privileged_user", "enabled", "allowed_hosts",
         )  # fmt: skip
 
     def _post_clean(self) -> None:
@@ -198,6 +200,11 @@ class DatasourceAdminForm(forms.ModelForm):
             datasource_paw_database_check(datasource=self.instance)
         except DomainError as error:
             self.add_error("connection", error.detail)
+            return
+        try:
+            datasource_privileges_enforce(datasource=self.instance)
+        except DomainError as error:
+            self.add_error("allow_privileged_user", error.detail)
 
 
 @admin.register(Datasource)
@@ -217,6 +224,7 @@ class DatasourceAdmin(PawModelAdmin):
     search_fields = ("slug", "name", "description")
     readonly_fields = (
         "env_name",
+        "privileges",
         "schema_requested_at",
         "schema_refreshed_at",
         "schema_error",
@@ -230,6 +238,7 @@ class DatasourceAdmin(PawModelAdmin):
         "dialect",
         "connection",
         "read_only",
+        "allow_privileged_user",
         "enabled",
         "allowed_hosts",
         *readonly_fields,
@@ -240,6 +249,25 @@ class DatasourceAdmin(PawModelAdmin):
     @admin.display(description="Sandbox variable")
     def env_name(self, obj: Datasource) -> str:
         return obj.env_name if obj.slug else "-"
+
+    @admin.display(description="Its database user, beyond reading")
+    def privileges(self, obj: Datasource) -> str:
+        """What the last check found the database user can do beyond reading; what PAW
+        refuses (or was told to accept) in red."""
+        if obj.privileges_checked_at is None:
+            if obj.read_only and obj.dialect != Datasource.Dialect.SQLITE:
+                return "Not checked yet: it is checked when saved or tested."
+            return "-"
+        found = obj.user_privileges or {}
+        refused, noted = found.get("refused") or [], found.get("noted") or []
+        if not refused:
+            return "Nothing: it can only read." + (f" (Also: {'; '.join(noted)}.)" if noted else "")
+        accepted = "Accepted anyway (unsafe)" if obj.allow_privileged_user else "Refused"
+        return format_html(
+            '<strong class="errornote paw-privileged">{}: {}</strong>',
+            accepted,
+            ", ".join(refused),
+        )
 
     def save_model(self, request: HttpRequest, obj: Datasource, form: Any, change: bool) -> None:
         datasource_save(datasource=obj)

@@ -383,10 +383,128 @@ def _option_text(value: Any) -> str:
 @dataclass(frozen=True)
 class ConnectionTestResult:
     """What a connection test found: ``ok`` and a one-line ``message`` for the operator
-    (the server version, or why it failed)."""
+    (the server version, or why it failed); for a read-only PostgreSQL or MySQL
+    datasource, ``privileges``: what its user can do beyond reading (None when not
+    checked: another dialect, or no connection)."""
 
     ok: bool
     message: str
+    privileges: UserPrivileges | None = None
+
+
+#: PostgreSQL roles whose members reach beyond the database's rows — the server's files
+#: and programs, other sessions (PostgreSQL 17 manual, "Predefined Roles"): the user of a
+#: read-only datasource is refused when it is a superuser or a member of one.
+POSTGRESQL_REFUSED_ROLES = (
+    "pg_read_server_files", "pg_write_server_files", "pg_execute_server_program",
+    "pg_signal_backend",
+)  # fmt: skip
+#: PostgreSQL roles and attributes worth saying, which a read-only transaction contains.
+_POSTGRESQL_NOTED_ROLES = ("pg_write_all_data",)
+#: The MySQL / MariaDB privileges that only read: any other one a read-only datasource's
+#: user holds (``FILE``, ``SUPER``, ``PROCESS``, every write privilege...) is refused.
+MYSQL_READ_PRIVILEGES = frozenset({"USAGE", "SELECT", "SHOW VIEW", "SHOW DATABASES"})
+
+
+@dataclass(frozen=True)
+class UserPrivileges:
+    """What a database user can do beyond reading. ``refused``: the powers for which PAW
+    refuses it as the user of a read-only datasource (``superuser``, ``member of
+    pg_signal_backend``, ``FILE``, ``INSERT``...); ``noted``: more it can do that the
+    read-only transaction contains (``can change 3 tables``, ``CREATEDB``)."""
+
+    refused: tuple[str, ...] = ()
+    noted: tuple[str, ...] = ()
+
+    def text(self) -> str:
+        """One sentence for the operator ("Its user can only read." or what more)."""
+        if not self.refused and not self.noted:
+            return "Its user can only read."
+        shown = list(self.refused[:12]) + (
+            [f"{len(self.refused) - 12} more"] if len(self.refused) > 12 else []
+        )
+        parts = []
+        if shown:
+            parts.append("Its user can do more than read: " + ", ".join(shown) + ".")
+        if self.noted:
+            parts.append(
+                "It can also " + "; ".join(self.noted) + " (the read-only transaction stops that)."
+            )
+        return " ".join(parts)
+
+
+def user_privileges(*, dialect: str, conn: Any) -> UserPrivileges:
+    """What the user of the open DB-API connection ``conn`` can do beyond reading
+    (PostgreSQL: superuser, membership of :data:`POSTGRESQL_REFUSED_ROLES`, tables it may
+    change, role attributes; MySQL / MariaDB: every privilege outside
+    :data:`MYSQL_READ_PRIVILEGES`, global, per database, table or column, its own and its
+    roles'). SQLite has no users: nothing. Driver errors pass through."""
+    if dialect == "postgresql":
+        return _postgresql_privileges(conn)
+    if dialect == "mysql":
+        return _mysql_privileges(conn)
+    return UserPrivileges()
+
+
+def _postgresql_privileges(conn: Any) -> UserPrivileges:
+    row = conn.execute(
+        "SELECT rolsuper, rolcreaterole, rolcreatedb, rolreplication, rolbypassrls "
+        "FROM pg_roles WHERE rolname = current_user"
+    ).fetchone()
+    superuser, createrole, createdb, replication, bypassrls = row or (False,) * 5
+    refused = ["superuser"] if superuser else []
+    roles = list(POSTGRESQL_REFUSED_ROLES + _POSTGRESQL_NOTED_ROLES)
+    members = {
+        name
+        for (name,) in conn.execute(
+            "SELECT r FROM unnest(%s::text[]) AS r "
+            "WHERE to_regrole(r) IS NOT NULL AND pg_has_role(current_user, r, 'MEMBER')",
+            [roles],
+        ).fetchall()
+    }
+    if not superuser:  # a superuser counts as a member of every role: say it once
+        refused += [f"member of {name}" for name in POSTGRESQL_REFUSED_ROLES if name in members]
+    writable = conn.execute(
+        "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE c.relkind IN ('r', 'p') "
+        "AND n.nspname NOT IN ('pg_catalog', 'information_schema') "
+        "AND n.nspname NOT LIKE 'pg_toast%' "
+        "AND has_table_privilege(c.oid, 'INSERT, UPDATE, DELETE, TRUNCATE')"
+    ).fetchone()[0]
+    noted = [f"change {writable} table{'s' if writable != 1 else ''}"] if writable else []
+    noted += [
+        f"member of {name}" for name in _POSTGRESQL_NOTED_ROLES if name in members and not superuser
+    ]
+    noted += [
+        word
+        for word, held in (
+            ("CREATEROLE", createrole), ("CREATEDB", createdb), ("REPLICATION", replication),
+            ("BYPASSRLS", bypassrls),
+        )
+        if held and not superuser
+    ]  # fmt: skip
+    return UserPrivileges(refused=tuple(refused), noted=tuple(noted))
+
+
+def _mysql_privileges(conn: Any) -> UserPrivileges:
+    with conn.cursor() as cursor:
+        cursor.execute("SELECT CURRENT_USER()")
+        user, _, host = str(cursor.fetchone()[0]).rpartition("@")
+        grantees = [f"'{user}'@'{host}'"]
+        with contextlib.suppress(Exception):  # roles: MariaDB 10.0.5+, MySQL 8.0.19+
+            cursor.execute("SELECT ROLE_NAME FROM information_schema.APPLICABLE_ROLES")
+            grantees += [f"'{name}'" for (name,) in cursor.fetchall()]
+        marks = ", ".join(["%s"] * len(grantees))
+        found: set[str] = set()
+        for table in ("USER_PRIVILEGES", "SCHEMA_PRIVILEGES", "TABLE_PRIVILEGES",
+                      "COLUMN_PRIVILEGES"):  # fmt: skip
+            cursor.execute(
+                f"SELECT PRIVILEGE_TYPE FROM information_schema.{table} "  # noqa: S608 - fixed names
+                f"WHERE GRANTEE IN ({marks})",
+                grantees,
+            )
+            found.update(str(name).upper() for (name,) in cursor.fetchall())
+    return UserPrivileges(refused=tuple(sorted(found - MYSQL_READ_PRIVILEGES)))
 
 
 def connection_test(
@@ -416,8 +534,19 @@ def _test_postgresql(connection: dict[str, Any], read_only: bool) -> ConnectionT
     ) as conn:
         version = conn.execute("SHOW server_version").fetchone()[0]
         ro = conn.execute("SHOW default_transaction_read_only").fetchone()[0] == "on"
+        privileges = user_privileges(dialect="postgresql", conn=conn) if read_only else None
     mode = "read-only" if ro else "read-write"
-    return ConnectionTestResult(True, f"Connected to PostgreSQL {version} ({mode}).")
+    return _with_privileges(f"Connected to PostgreSQL {version} ({mode}).", privileges)
+
+
+def _with_privileges(message: str, privileges: UserPrivileges | None) -> ConnectionTestResult:
+    """A successful connection's result; a read-only datasource's user that can do more
+    than read makes it a failure (PAW would not save it)."""
+    if privileges is None:
+        return ConnectionTestResult(True, message)
+    return ConnectionTestResult(
+        not privileges.refused, f"{message} {privileges.text()}", privileges=privileges
+    )
 
 
 def _test_sqlite(connection: dict[str, Any], read_only: bool) -> ConnectionTestResult:
@@ -441,8 +570,9 @@ def _test_mysql(connection: dict[str, Any], read_only: bool) -> ConnectionTestRe
     ):
         cursor.execute("SELECT VERSION()")
         version = cursor.fetchone()[0]
+        privileges = user_privileges(dialect="mysql", conn=conn) if read_only else None
     mode = "read-only" if read_only else "read-write"
-    return ConnectionTestResult(True, f"Connected to MySQL/MariaDB {version} ({mode}).")
+    return _with_privileges(f"Connected to MySQL/MariaDB {version} ({mode}).", privileges)
 
 
 class ConnectionFailed(Exception):

@@ -155,6 +155,20 @@ class Datasource(models.Model):
         "A password must be a {secret:NAME} placeholder.",
     )
     read_only = models.BooleanField(default=True)
+    allow_privileged_user = models.BooleanField(
+        default=False,
+        verbose_name="Accept a database user that can do more than read (unsafe)",
+        help_text="UNSAFE. PAW refuses to save a read-only PostgreSQL or MySQL datasource "
+        "whose user is a superuser, may read or write the server's files, run programs or "
+        "signal other sessions, or (MySQL) holds any privilege beyond SELECT: the check of "
+        "a read stops most, the database's own grants are the wall behind it. Tick only "
+        "knowing that a statement the check lets through runs with all those powers.",
+    )
+    # What the database user could do beyond reading at the last check (connections.
+    # UserPrivileges: {"refused": [...], "noted": [...]}), and when; null when never
+    # checked (not read-only, SQLite, or the database could not be reached).
+    user_privileges = models.JSONField(default=dict, blank=True, editable=False)
+    privileges_checked_at = models.DateTimeField(null=True, blank=True, editable=False)
     enabled = models.BooleanField(default=True)
     allowed_hosts = models.JSONField(
         default=list,

@@ -3,11 +3,16 @@
 ``mysql://root@127.0.0.1:3306/test``, root with an empty password as ``.ci/run`` starts it,
 or a private server started when nothing answers there), in a database of the tests' own
 named like the test PostgreSQL database (``PAW_TEST_DATABASE_URL``'s name, e.g.
-``paw_test``); no other database is touched."""
+``paw_test``); no other database is touched.
+
+A datasource reaches it as ``paw_test_reader``, a user with ``SELECT, SHOW VIEW`` on that
+database only (the way docs/vault.md says to make one), as PAW requires of a read-only
+datasource; ``reader=False`` gives the server's own user, for the tests of writes."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -25,27 +30,44 @@ def _server() -> Any:
     return urlsplit(server_url())
 
 
-def mariadb_settings() -> dict[str, Any]:
-    """A datasource's connection settings for the test database (no password)."""
+#: The user a read-only test datasource connects as (kept between sessions).
+READER = "paw_test_reader"
+
+
+def mariadb_settings(*, reader: bool = True) -> dict[str, Any]:
+    """A datasource's connection settings for the test database (no password), as the
+    read-only user :data:`READER` (or the server's own user with ``reader=False``)."""
     server = _server()
     return {
         "host": server.hostname or "127.0.0.1",
         "port": server.port or 3306,
         "database": DATABASE,
-        "user": unquote(server.username or "root"),
+        "user": _reader_created() if reader else unquote(server.username or "root"),
     }
 
 
+@functools.cache
+def _reader_created() -> str:
+    server = _connect(database=None)
+    with contextlib.closing(server), server.cursor() as cursor:
+        cursor.execute(f"CREATE DATABASE IF NOT EXISTS `{DATABASE}`")
+        for host in ("%", "localhost", "127.0.0.1"):
+            cursor.execute(f"CREATE USER IF NOT EXISTS '{READER}'@'{host}'")
+            cursor.execute(f"GRANT SELECT, SHOW VIEW ON `{DATABASE}`.* TO '{READER}'@'{host}'")
+    return READER
+
+
 def mariadb_database_url() -> str:
-    """The test database as a datasource URL (``mysql://root@127.0.0.1:3306/<name>``)."""
-    settings = mariadb_settings()
+    """The test database as a datasource URL (``mysql://root@127.0.0.1:3306/<name>``), as
+    the server's own user: paw-agent's tests write through it."""
+    settings = mariadb_settings(reader=False)
     return f"mysql://{quote(settings['user'])}@{settings['host']}:{settings['port']}/{DATABASE}"
 
 
 def _connect(database: str | None = DATABASE) -> Any:
     import pymysql
 
-    settings = mariadb_settings()
+    settings = mariadb_settings(reader=False)
     return pymysql.connect(
         host=settings["host"],
         port=settings["port"],

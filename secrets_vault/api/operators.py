@@ -72,7 +72,9 @@ class AdminSecretListApi(APIView):
         value = serializers.CharField(trim_whitespace=False, allow_blank=True)
         description = serializers.CharField(max_length=500, required=False, allow_blank=True)
 
-    OutputSerializer = list_output(key="secrets", item=AdminSecretOutput, ref_name="AdminSecretListOutput")
+    OutputSerializer = list_output(
+        key="secrets", item=AdminSecretOutput, ref_name="AdminSecretListOutput"
+    )
 
     @extend_schema(
         responses=OutputSerializer,
@@ -135,6 +137,16 @@ class AdminDatasourceOutput(serializers.Serializer):
     dialect = serializers.CharField()
     connection = serializers.JSONField()
     read_only = serializers.BooleanField()
+    allow_privileged_user = serializers.BooleanField(
+        help_text="Saved read-only although its database user can do more than read (unsafe)."
+    )
+    user_privileges = serializers.JSONField(
+        help_text="What its database user could do beyond reading at the last check: "
+        '{"refused": [...], "noted": [...]}; {} when not checked.'
+    )
+    privileges_checked_at = serializers.DateTimeField(
+        allow_null=True, help_text="When that was checked (saving or testing a read-only one)."
+    )
     enabled = serializers.BooleanField()
     allowed_hosts = serializers.ListField(child=serializers.CharField())
     env = serializers.CharField(source="env_name")
@@ -160,6 +172,11 @@ class AdminDatasourceInput(JsonTypedSerializer):
     dialect = serializers.ChoiceField(choices=Datasource.Dialect.choices)
     connection = serializers.JSONField(required=False)
     read_only = serializers.BooleanField(required=False)
+    allow_privileged_user = serializers.BooleanField(
+        required=False,
+        help_text="Accept a read-only datasource whose database user can do more than read "
+        "(unsafe; refused with 400 datasource_user_privileged otherwise).",
+    )
     enabled = serializers.BooleanField(required=False)
     allowed_hosts = serializers.ListField(
         child=serializers.CharField(max_length=260), required=False, max_length=20,
@@ -180,7 +197,9 @@ class AdminDatasourceListApi(APIView):
 
     permission_classes = (IsAdminUser,)
 
-    OutputSerializer = list_output(key="datasources", item=AdminDatasourceOutput, ref_name="AdminDatasourceListOutput")
+    OutputSerializer = list_output(
+        key="datasources", item=AdminDatasourceOutput, ref_name="AdminDatasourceListOutput"
+    )
 
     @extend_schema(responses=OutputSerializer, operation_id="admin_datasources_list")
     def get(self, request: Request) -> Response:

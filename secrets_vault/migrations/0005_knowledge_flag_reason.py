@@ -3,6 +3,8 @@
 # Issue 25: what a read is, a SQL parser now decides (paw_sqlcheck). Examples saved under
 # the old rule (regular expressions) that the new one does not call a read are flagged, not
 # silently kept: a flagged example is not given to runs until an operator edits or deletes it.
+# And a read-only datasource's database user is checked for powers beyond reading when the
+# datasource is saved or tested (refused unless allow_privileged_user).
 
 import importlib
 
@@ -51,6 +53,25 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
+        migrations.AddField(
+            model_name="datasource",
+            name="allow_privileged_user",
+            field=models.BooleanField(
+                default=False,
+                help_text="UNSAFE. PAW refuses to save a read-only PostgreSQL or MySQL datasource whose user is a superuser, may read or write the server's files, run programs or signal other sessions, or (MySQL) holds any privilege beyond SELECT: the check of a read stops most, the database's own grants are the wall behind it. Tick only knowing that a statement the check lets through runs with all those powers.",
+                verbose_name="Accept a database user that can do more than read (unsafe)",
+            ),
+        ),
+        migrations.AddField(
+            model_name="datasource",
+            name="privileges_checked_at",
+            field=models.DateTimeField(blank=True, editable=False, null=True),
+        ),
+        migrations.AddField(
+            model_name="datasource",
+            name="user_privileges",
+            field=models.JSONField(blank=True, default=dict, editable=False),
+        ),
         migrations.AddField(
             model_name="knowledgeentry",
             name="flag_reason",

@@ -8,17 +8,22 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 
 from paw_project.errors import Conflict, DomainError, InvalidRequest
 from secrets_vault.connections import (
     PAW_DATABASE_CODE,
     PAW_DATABASE_MESSAGE,
     ConnectionTestResult,
+    UserPrivileges,
     connection_is_paw_database,
     connection_is_secret_field,
     connection_resolved_check,
     connection_test,
     connection_url,
+    database_connection,
+    driver_message,
+    user_privileges,
 )
 from secrets_vault.masking import mask_text, secret_values_register
 from secrets_vault.models import Datasource
@@ -33,8 +38,12 @@ logger = logging.getLogger(__name__)
 
 DATASOURCE_FIELDS = (
     "slug", "name", "description", "dialect", "connection", "read_only", "enabled",
-    "allowed_hosts",
+    "allowed_hosts", "allow_privileged_user",
 )  # fmt: skip
+#: Seconds the check of a read-only datasource's user may take to connect when it is saved.
+PRIVILEGES_CONNECT_TIMEOUT = 3
+#: The error code of a read-only datasource whose user can do more than read.
+PRIVILEGED_CODE = "datasource_user_privileged"
 
 
 def datasource_create(**fields: Any) -> Datasource:
@@ -84,12 +93,77 @@ def datasource_paw_database_check(*, datasource: Datasource) -> None:
         )
 
 
+def datasource_privileges_check(*, datasource: Datasource) -> UserPrivileges | None:
+    """What the database user of a read-only PostgreSQL or MySQL datasource can do beyond
+    reading (``connections.user_privileges``), connecting with the operator's (global)
+    secrets within :data:`PRIVILEGES_CONNECT_TIMEOUT` seconds. None when there is nothing
+    to check (a writable or SQLite datasource) or it cannot be checked now (a placeholder
+    with no global secret, e.g. a per-person password; the database unreachable): logged,
+    checked again at the next save or connection test. Never raises."""
+    if not datasource.read_only or datasource.dialect not in ("postgresql", "mysql"):
+        return None
+    try:
+        connection, _ = datasource_resolved(datasource=datasource, user=None)
+        with database_connection(
+            dialect=datasource.dialect,
+            connection=connection,
+            read_only=True,
+            timeout=PRIVILEGES_CONNECT_TIMEOUT,
+        ) as conn:
+            return user_privileges(dialect=datasource.dialect, conn=conn)
+    except DomainError as error:
+        reason = error.detail
+    except Exception as exc:  # any driver failure: not checked now
+        reason = driver_message(exc)
+    logger.info("datasource %s: its user's privileges not checked (%s)", datasource.slug, reason)
+    return None
+
+
+def _privileges_record(*, datasource: Datasource, privileges: UserPrivileges | None) -> None:
+    """Note a check's outcome on the (unsaved) datasource."""
+    if privileges is None:
+        datasource.user_privileges, datasource.privileges_checked_at = {}, None
+    else:
+        datasource.user_privileges = {
+            "refused": list(privileges.refused), "noted": list(privileges.noted),
+        }  # fmt: skip
+        datasource.privileges_checked_at = timezone.now()
+
+
+def datasource_privileges_enforce(*, datasource: Datasource) -> None:
+    """Check a read-only datasource's database user (:func:`datasource_privileges_check`)
+    and note the outcome on it; raise :class:`InvalidRequest`
+    ``datasource_user_privileged`` (``extra["privileges"]``, and the field
+    ``allow_privileged_user``) when the user can do more than read and the operator did
+    not accept that explicitly (``allow_privileged_user``)."""
+    privileges = datasource_privileges_check(datasource=datasource)
+    _privileges_record(datasource=datasource, privileges=privileges)
+    if privileges is None or not privileges.refused or datasource.allow_privileged_user:
+        return
+    message = (
+        f"{privileges.text()} PAW does not save a read-only datasource with such a user: "
+        'give it a user that can only read (docs/vault.md, "A read-only database user"), '
+        "or accept this one explicitly (allow_privileged_user), knowing that a statement "
+        "the check of a read lets through runs with those powers."
+    )
+    raise InvalidRequest(
+        message,
+        code=PRIVILEGED_CODE,
+        extra={
+            "privileges": list(privileges.refused),
+            "fields": {"allow_privileged_user": [message]},
+        },
+    )
+
+
 def datasource_save(*, datasource: Datasource) -> Datasource:
     """Validate and save a datasource (the admin's edge; see :func:`datasource_create`).
     Raises :class:`InvalidRequest` ``datasource_is_paw_database`` for a connection that
-    reaches PAW's own database."""
+    reaches PAW's own database, ``datasource_user_privileged`` for a read-only one whose
+    database user can do more than read (:func:`datasource_privileges_enforce`)."""
     model_validate(datasource)
     datasource_paw_database_check(datasource=datasource)
+    datasource_privileges_enforce(datasource=datasource)
     try:
         with transaction.atomic():
             datasource.save()
@@ -252,7 +326,9 @@ def datasource_resolved(
 
 def datasource_test(*, datasource: Datasource, user: User | None) -> ConnectionTestResult:
     """Really connect to the datasource (placeholders resolved for ``user``, e.g. the
-    operator pressing "Test connection") and report the outcome. Never raises for a
+    operator pressing "Test connection") and report the outcome: for a read-only
+    PostgreSQL or MySQL datasource also what its user can do beyond reading (noted on the
+    datasource; not ``ok`` when PAW would refuse to save it). Never raises for a
     connection or placeholder problem; the message never contains a secret value."""
     try:
         connection, masked = datasource_resolved(datasource=datasource, user=user)
@@ -264,4 +340,18 @@ def datasource_test(*, datasource: Datasource, user: User | None) -> ConnectionT
     logger.info(
         "datasource %s connection test: %s", datasource.slug, "ok" if result.ok else "failed"
     )
-    return ConnectionTestResult(result.ok, mask_text(result.message, masked))
+    ok, message = result.ok, mask_text(result.message, masked)
+    if result.privileges is not None and datasource.pk is not None:
+        _privileges_record(datasource=datasource, privileges=result.privileges)
+        Datasource.objects.filter(pk=datasource.pk).update(
+            user_privileges=datasource.user_privileges,
+            privileges_checked_at=datasource.privileges_checked_at,
+        )
+        if result.privileges.refused:
+            ok = datasource.allow_privileged_user
+            message += (
+                " Accepted anyway: allow_privileged_user is set."
+                if ok
+                else " PAW refuses to save this read-only datasource with such a user."
+            )
+    return ConnectionTestResult(ok, message, privileges=result.privileges)

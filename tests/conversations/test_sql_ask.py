@@ -142,7 +142,11 @@ def test_a_write_asked_on_mariadb_waits_for_approval_in_the_given_conversation(
     api, celery_worker, scripted_model, mariadb
 ):
     datasource_create(
-        slug="maria", name="Maria", dialect="mysql", read_only=False, connection=mariadb_settings()
+        slug="maria",
+        name="Maria",
+        dialect="mysql",
+        read_only=False,
+        connection=mariadb_settings(reader=False),  # it writes, once approved
     )
     conversation = api.post("/api/conversations", {"title": "Shop"}, format="json").json()
     question = "Add a euro to Saturday's order, then show the orders"

@@ -64,7 +64,7 @@ def decline_every_confirm(runtime, run_id: str) -> list[dict]:
 def pg_superuser():
     """The datasource test database as its superuser: ``(url, connect)``, with a table
     ``attack_orders`` (2 rows) and a sequence ``attack_seq``, dropped afterwards."""
-    server = pg_datasource_settings()
+    server = pg_datasource_settings(reader=False)
     url = f"postgresql://{server['user']}@{server['host']}:{server['port']}/{server['database']}"
 
     def connect(**more):

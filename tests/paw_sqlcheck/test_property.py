@@ -42,7 +42,7 @@ def pg():
 
     from tests.pgdatasource import pg_datasource_settings
 
-    server = pg_datasource_settings()
+    server = pg_datasource_settings(reader=False)
     with psycopg.connect(
         host=server["host"], port=server["port"], user=server["user"],
         dbname=server["database"], autocommit=True, options=POSTGRESQL_SESSION_OPTIONS,

@@ -8,6 +8,7 @@ from urllib.parse import urlsplit
 
 from secrets_vault.models import CustomProvider, Datasource, Secret
 from secrets_vault.services import datasource_create, datasource_test, secret_set
+from tests.mariadb import mariadb_settings
 from tests.pgdatasource import pg_datasource_settings
 from tests.processes import free_port
 from tests.secrets_vault.conftest import secret_value
@@ -167,8 +168,16 @@ def test_test_connection_reaches_mariadb_through_the_operators_api(
     )  # fmt: skip
     result = operator_client.post("/api/admin/datasources/maria/test").json()
     # root has no password here; a wrong one is refused: either way it really connected.
-    assert result["ok"] or "Access denied" in result["message"], result
+    assert "Access denied" in result["message"] or "Its user can do more" in result["message"]
     datasource = Datasource.objects.get(slug="maria")
     datasource.connection.pop("password")
     datasource.save()
-    assert datasource_test(datasource=datasource, user=operator).ok
+    # As root, the read-only datasource's test says what root can do beyond reading, and
+    # fails: PAW would not save it so (tests/secrets_vault/test_datasource_privileges.py).
+    as_root = datasource_test(datasource=datasource, user=operator)
+    assert not as_root.ok and "FILE" in as_root.privileges.refused, as_root
+    reader = mariadb_settings()  # a user that can only read, on the tests' own database
+    datasource.connection.update(user=reader["user"], database=reader["database"])
+    datasource.save()
+    as_reader = datasource_test(datasource=datasource, user=operator)
+    assert as_reader.ok and as_reader.message.endswith("Its user can only read."), as_reader

@@ -210,7 +210,9 @@ def test_examples_are_checked_on_postgresql_read_only(operator_client, pg_shop):
     secret_set(name="PG_PW", value=secret_value("pg"))
     datasource_create(
         slug="pg", name="PG", dialect="postgresql", read_only=False,
-        connection={**pg_datasource_settings(), "password": "{secret:PG_PW}"},
+        # A writable datasource, as a user that may write: the read-only transaction of an
+        # example's check is what stops a write below.
+        connection={**pg_datasource_settings(reader=False), "password": "{secret:PG_PW}"},
     )  # fmt: skip
     good = post_example(
         operator_client, "pg", "Sales", "SELECT sum(total) FROM paw_knowledge_test.orders"
@@ -274,7 +276,7 @@ def test_a_mariadb_example_never_writes_a_file_on_the_server(operator_client, ma
 def test_a_postgresql_example_never_runs_a_program_or_signals_a_backend(operator_client, pg_shop):
     datasource_create(
         slug="pg", name="PG", dialect="postgresql", read_only=False,
-        connection=pg_datasource_settings(),  # the superuser: COPY TO PROGRAM would run
+        connection=pg_datasource_settings(reader=False),  # the superuser: COPY TO PROGRAM would run
     )  # fmt: skip
     marker = f"/tmp/paw-program-{secrets.token_hex(8)}"
     for sql in (

@@ -1,0 +1,187 @@
+"""The database as the second wall: a read-only datasource's database user must only read.
+
+Saving (API and admin) and testing a read-only PostgreSQL or MariaDB datasource look at
+what its user can do beyond reading, on the real servers: a superuser, a member of
+``pg_read_server_files`` / ``pg_write_server_files`` / ``pg_execute_server_program`` /
+``pg_signal_backend``, or a MariaDB user with ``FILE``, ``SUPER``, ``PROCESS`` or any
+write privilege is refused (400 ``datasource_user_privileged``, nothing saved) unless the
+operator accepts it explicitly, which the admin then shows in red.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import psycopg
+import pytest
+
+from secrets_vault.models import Datasource
+from tests.mariadb import _connect, mariadb_settings
+from tests.pgdatasource import pg_datasource_settings
+from tests.processes import free_port
+
+API = "/api/admin/datasources"
+
+
+def _pg_role(name: str, *member_of: str) -> str:
+    """A login role of the test server that belongs to ``member_of`` (made once)."""
+    server = pg_datasource_settings(reader=False)
+    with psycopg.connect(
+        host=server["host"], port=server["port"], user=server["user"], dbname="postgres",
+        autocommit=True,
+    ) as conn:  # fmt: skip
+        with contextlib.suppress(psycopg.errors.DuplicateObject, psycopg.errors.UniqueViolation):
+            conn.execute(f"CREATE ROLE {name} LOGIN")
+        conn.execute(f"GRANT pg_read_all_data TO {name}")
+        for role in member_of:
+            conn.execute(f"GRANT {role} TO {name}")
+    return name
+
+
+def _create(client, slug: str, dialect: str, connection: dict, **more):
+    return client.post(
+        API,
+        {"slug": slug, "name": slug, "dialect": dialect, "connection": connection, **more},
+        format="json",
+    )
+
+
+@pytest.mark.django_db
+def test_a_read_only_postgresql_datasource_as_the_superuser_is_refused_and_nothing_saved(
+    operator_client,
+):
+    response = _create(operator_client, "pg", "postgresql", pg_datasource_settings(reader=False))
+    assert response.status_code == 400
+    body = response.json()
+    assert body["code"] == "datasource_user_privileged"
+    assert body["privileges"] == ["superuser"]
+    assert "Its user can do more than read: superuser." in body["detail"]
+    assert "allow_privileged_user" in body["fields"]
+    assert not Datasource.objects.exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "role",
+    [
+        "pg_read_server_files",
+        "pg_write_server_files",
+        "pg_execute_server_program",
+        "pg_signal_backend",
+    ],
+)
+def test_a_member_of_a_role_that_reaches_the_server_is_refused(operator_client, role):
+    user = _pg_role(f"paw_test_{role.removeprefix('pg_')}", role)
+    connection = {**pg_datasource_settings(), "user": user}
+    response = _create(operator_client, "pg", "postgresql", connection)
+    assert response.status_code == 400, response.json()
+    assert response.json()["privileges"] == [f"member of {role}"]
+    assert not Datasource.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_reader_is_saved_and_what_was_checked_is_shown(operator_client):
+    response = _create(operator_client, "pg", "postgresql", pg_datasource_settings())
+    assert response.status_code == 201, response.json()
+    body = response.json()
+    assert body["user_privileges"] == {"refused": [], "noted": []}
+    assert body["privileges_checked_at"] is not None
+    tested = operator_client.post(f"{API}/pg/test").json()
+    assert tested["ok"] is True and tested["message"].endswith("Its user can only read.")
+
+
+@pytest.mark.django_db
+def test_accepting_a_privileged_user_is_explicit_and_the_admin_shows_it_in_red(operator_client):
+    refused = _create(operator_client, "pg", "postgresql", pg_datasource_settings(reader=False))
+    assert refused.status_code == 400
+    accepted = _create(
+        operator_client, "pg", "postgresql", pg_datasource_settings(reader=False),
+        allow_privileged_user=True,
+    )  # fmt: skip
+    assert accepted.status_code == 201, accepted.json()
+    assert accepted.json()["user_privileges"]["refused"] == ["superuser"]
+    tested = operator_client.post(f"{API}/pg/test").json()
+    assert tested["ok"] is True and "Accepted anyway" in tested["message"]
+    datasource = Datasource.objects.get(slug="pg")
+    page = operator_client.get(f"/admin/secrets_vault/datasource/{datasource.pk}/change/")
+    assert b'class="errornote paw-privileged">Accepted anyway (unsafe): superuser' in page.content
+    # Taking the acceptance back: the next save is refused again, and nothing changes.
+    taken = operator_client.patch(f"{API}/pg", {"allow_privileged_user": False}, format="json")
+    assert taken.status_code == 400 and taken.json()["code"] == "datasource_user_privileged"
+    assert Datasource.objects.get(slug="pg").allow_privileged_user is True
+
+
+@pytest.mark.django_db
+def test_a_writable_datasource_is_not_checked_and_turning_it_read_only_is(operator_client):
+    created = _create(
+        operator_client, "pg", "postgresql", pg_datasource_settings(reader=False), read_only=False
+    )
+    assert created.status_code == 201 and created.json()["privileges_checked_at"] is None
+    to_read_only = operator_client.patch(f"{API}/pg", {"read_only": True}, format="json")
+    assert to_read_only.status_code == 400
+    assert to_read_only.json()["code"] == "datasource_user_privileged"
+    assert Datasource.objects.get(slug="pg").read_only is False
+
+
+@pytest.mark.django_db
+def test_a_datasource_that_cannot_be_reached_is_saved_unchecked_and_tested_later(
+    operator_client,
+):
+    connection = {**pg_datasource_settings(reader=False), "port": free_port()}
+    created = _create(operator_client, "pg", "postgresql", connection)
+    assert created.status_code == 201 and created.json()["privileges_checked_at"] is None
+    datasource = Datasource.objects.get(slug="pg")
+    page = operator_client.get(f"/admin/secrets_vault/datasource/{datasource.pk}/change/")
+    assert b"Not checked yet: it is checked when saved or tested." in page.content
+    # Once the database answers, its test says what the user can do, and records it.
+    datasource.connection = pg_datasource_settings(reader=False)
+    datasource.save()
+    tested = operator_client.post(f"{API}/pg/test").json()
+    assert tested["ok"] is False and "superuser" in tested["message"]
+    assert "PAW refuses to save this read-only datasource" in tested["message"]
+    datasource.refresh_from_db()
+    assert datasource.user_privileges["refused"] == ["superuser"]
+
+
+@pytest.mark.django_db
+def test_the_admin_form_refuses_a_privileged_user_with_the_reason(operator_client):
+    response = operator_client.post(
+        "/admin/secrets_vault/datasource/add/",
+        {
+            "slug": "pg", "name": "PG", "description": "", "dialect": "postgresql",
+            "connection": __import__("json").dumps(pg_datasource_settings(reader=False)),
+            "read_only": "on", "enabled": "on", "allowed_hosts": "[]",
+            "knowledge-TOTAL_FORMS": "0", "knowledge-INITIAL_FORMS": "0",
+        },
+    )  # fmt: skip
+    assert response.status_code == 200  # the form again, with the error
+    assert b"Its user can do more than read: superuser." in response.content
+    assert not Datasource.objects.exists()
+
+
+@pytest.fixture
+def maria_writer(mariadb):
+    """A MariaDB user that may read and INSERT on the test database."""
+    server = _connect(database=None)
+    with contextlib.closing(server), server.cursor() as cursor:
+        for host in ("%", "localhost", "127.0.0.1"):
+            cursor.execute(f"CREATE USER IF NOT EXISTS 'paw_test_writer'@'{host}'")
+            cursor.execute(
+                f"GRANT SELECT, INSERT ON `{mariadb['database']}`.* TO 'paw_test_writer'@'{host}'"
+            )
+    return {**mariadb, "user": "paw_test_writer"}
+
+
+@pytest.mark.django_db
+def test_mariadb_users_beyond_select_are_refused_and_a_reader_is_saved(
+    operator_client, mariadb, maria_writer
+):
+    as_root = _create(operator_client, "maria", "mysql", mariadb_settings(reader=False))
+    assert as_root.status_code == 400
+    assert {"FILE", "SUPER", "PROCESS", "INSERT", "DROP"} <= set(as_root.json()["privileges"])
+    as_writer = _create(operator_client, "maria", "mysql", maria_writer)
+    assert as_writer.status_code == 400 and as_writer.json()["privileges"] == ["INSERT"]
+    assert not Datasource.objects.exists()
+    as_reader = _create(operator_client, "maria", "mysql", mariadb)
+    assert as_reader.status_code == 201, as_reader.json()
+    assert as_reader.json()["user_privileges"] == {"refused": [], "noted": []}
