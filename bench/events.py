@@ -549,6 +549,7 @@ def main() -> None:
             PAW_METRICS_TOKEN=METRICS_TOKEN,
             PAW_WORKER_METRICS_PORT=str(free_port()),
             PAW_HARNESS_CMD=FAKE,
+            PAW_ALLOW_UNGATED_RUNTIME="1",  # the fake runtime asks before nothing
             PAW_SANDBOX_ISOLATION="none",
             PAW_MAX_SANDBOXES_PER_NODE=str(max(args.concurrent + 10, 50)),
             **provider,

@@ -65,7 +65,7 @@ class RunAdmin(PawModelAdmin):
         "created_at",
         "finished_at",
     )
-    list_filter = ("status", "provider", "model", "node")
+    list_filter = ("status", "runtime_gated", "provider", "model", "node")
     search_fields = ("id", "conversation__id", "user__username", "prompt")
     readonly_fields = [f.name for f in Run._meta.fields]
 

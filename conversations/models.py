@@ -139,6 +139,10 @@ class Run(models.Model):
         related_name="replaced_by",
     )
     cancel_requested = models.BooleanField(default=False)
+    # Whether the runtime that ran it asks before its risky tools act (its ready offers
+    # approval_gate: paw-agent); false for an ungated one (python-agent-harness), whose
+    # tools run without asking; null until its runtime started it.
+    runtime_gated = models.BooleanField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now, editable=False, db_index=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)

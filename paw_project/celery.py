@@ -49,15 +49,25 @@ def _node_start(**_: Any) -> None:
 
     django.setup()
     from paw_project.metrics_http import worker_server_start
-    from sandboxes.launch import IsolationUnavailable, isolation_mode
+    from sandboxes.launch import (
+        IsolationUnavailable,
+        UngatedRuntime,
+        isolation_mode,
+        runtime_gate_check,
+    )
     from sandboxes.node import node_start
 
+    log = logging.getLogger("paw_project.celery")
     try:
         isolation_mode()  # a node that cannot isolate its sandboxes must not start
-    except IsolationUnavailable as exc:
-        logging.getLogger("paw_project.celery").critical("%s", exc)
+        # ... nor one that would run python-agent-harness without being told to.
+        warning = runtime_gate_check()
+    except (IsolationUnavailable, UngatedRuntime) as exc:
+        log.critical("%s", exc)
         # Celery logs and ignores a handler's Exception; SystemExit ends the worker.
         raise SystemExit(f"PAW worker: {exc}") from exc
+    if warning:
+        log.warning("%s", warning)
     node_start()
     worker_server_start()
 

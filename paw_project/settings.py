@@ -292,6 +292,11 @@ PAW_WORKER_CONCURRENCY = env.int("PAW_WORKER_CONCURRENCY", default=8)
 PAW_WORKSPACE_ROOT = _path("PAW_WORKSPACE_ROOT", VAR_DIR / "workspaces")
 # The agent runtime each sandbox runs (`python-agent-harness serve` works unchanged).
 PAW_HARNESS_CMD = env.str("PAW_HARNESS_CMD", default="paw-agent serve")
+# A runtime whose `ready` does not offer `approval_gate` (python-agent-harness) runs its
+# tools without asking: PAW can only end a run after such a call, not prevent it. PAW
+# refuses to start one (and a worker naming python-agent-harness) unless this is set on
+# purpose; every conversation on it is then told that approvals apply to paw-agent only.
+PAW_ALLOW_UNGATED_RUNTIME = env.bool("PAW_ALLOW_UNGATED_RUNTIME", default=False)
 # bwrap | none; empty = bwrap when bubblewrap is installed.
 PAW_SANDBOX_ISOLATION = env.str("PAW_SANDBOX_ISOLATION", default="").strip().lower()
 if PAW_SANDBOX_ISOLATION not in ("", "bwrap", "none"):

@@ -489,6 +489,44 @@ def runtime_kind() -> str:
     return name if name in ("paw-agent", "python-agent-harness") else "other"
 
 
+class UngatedRuntime(RuntimeError):
+    """``PAW_HARNESS_CMD`` runs a runtime known to run its tools without asking
+    (python-agent-harness), and ``PAW_ALLOW_UNGATED_RUNTIME`` does not accept that."""
+
+
+def runtime_gate_check() -> str | None:
+    """The start-up check of ``PAW_HARNESS_CMD`` against ``PAW_ALLOW_UNGATED_RUNTIME``
+    (a worker node's start, ``runpaw`` and ``runpaw --check``).
+
+    Raises :class:`UngatedRuntime` when it runs python-agent-harness, whose ``ready``
+    offers no ``approval_gate`` (measured: docs/runtime.md, "Ungated runtimes"), and the
+    setting is off. Returns a warning (str) for another program than paw-agent without
+    the setting: whether it is gated is known only from its ``ready``, which each sandbox's
+    start checks (``sandboxes.services``). ``None`` otherwise, and when the program
+    cannot be found (each sandbox's start says so)."""
+    if settings.PAW_ALLOW_UNGATED_RUNTIME:
+        return None
+    try:
+        kind = runtime_kind()
+    except FileNotFoundError:
+        return None
+    if kind == "python-agent-harness":
+        raise UngatedRuntime(
+            "PAW_HARNESS_CMD runs python-agent-harness, which runs its tools (Bash, Write, "
+            "Edit, Agent) without asking: PAW's approvals cannot hold there, it can only end "
+            "a run after such a call. Use paw-agent, or set PAW_ALLOW_UNGATED_RUNTIME=1 to "
+            "run it knowingly (every conversation on it is told that approvals apply to "
+            "paw-agent only)."
+        )
+    if kind == "other":
+        return (
+            f"PAW_HARNESS_CMD runs {Path(runtime_argv()[0]).name}, not paw-agent: its "
+            "sandboxes start only if its ready offers approval_gate (its risky tools ask "
+            "first); set PAW_ALLOW_UNGATED_RUNTIME=1 to run an ungated runtime knowingly."
+        )
+    return None
+
+
 def takes_secrets_fd() -> bool:
     """Whether the runtime reads its secret variables from a pipe (``--secrets-fd``):
     PAW's own ``paw-agent`` does; other runtimes get them in their environment."""

@@ -102,6 +102,10 @@ def classify(entry: ReadEntry) -> tuple[str, str, dict[str, Any], LineKind | Non
     the :class:`LineKind` of its effect on the run (``None``: none, or a line outside any
     run the host submitted)."""
     line = entry.line
+    if isinstance(line, protocol.HostNotice):
+        return "notice", line.code, {
+            "type": "notice", "level": line.level, "code": line.code, "message": line.message,
+        }, None  # fmt: skip
     if isinstance(line, protocol.Anomaly):
         return "notice", "protocol", {
             "type": "notice", "level": "warning", "code": "protocol", "message": line.message,
@@ -133,7 +137,12 @@ def coalesce_deltas(drafts: list[event_services.EventDraft]) -> list[event_servi
     groups: list[list[event_services.EventDraft]] = []
     for draft in drafts:
         last = groups[-1][-1] if groups else None
-        if last is not None and _joinable(draft) and _joinable(last) and last.run_id == draft.run_id:
+        if (
+            last is not None
+            and _joinable(draft)
+            and _joinable(last)
+            and last.run_id == draft.run_id
+        ):
             groups[-1].append(draft)
         else:
             groups.append([draft])

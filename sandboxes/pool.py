@@ -80,7 +80,8 @@ class ActiveRun:
     seconds, for the time to first token), and ``first_token`` whether its first streamed
     text was stored. ``forced``: ``(code, message)`` once the
     host ended the run itself (timeout, budget, policy, a stop), and ``forced_at`` when.
-    ``allowed_tools``: the only tools the run may use (None: any). ``usage``: the latest
+    ``allowed_tools``: the only tools the run may use (None: any); ``gated`` whether its
+    runtime asks before its risky tools act. ``usage``: the latest
     ``notify usage`` running totals as the runtime wrote them (``{"input", "output",
     "rounds", "estimated"}``, unchecked): what a run that ends without a result (crash,
     kill, lost stdout) is billed for.
@@ -112,6 +113,13 @@ class ActiveRun:
     def is_current(self) -> bool:
         """Whether this is still the run its sandbox executes."""
         return self.sandbox.active is self
+
+    @property
+    def gated(self) -> bool:
+        """Whether the sandbox's runtime asks before its risky tools act (capability
+        ``approval_gate``: :func:`~sandboxes.protocol.runtime_gated`); an ungated one
+        (python-agent-harness) has run a call by the time the host hears of it."""
+        return protocol.runtime_gated(self.sandbox.capabilities)
 
     def record_usage(self, data: Any) -> None:
         """Keep the runtime's latest running totals (a ``notify usage`` line's ``data``)."""
@@ -241,6 +249,8 @@ class SandboxProcess:
         self.capabilities: frozenset[str] = frozenset()
         self.active: ActiveRun | None = None
         self.last_run: ActiveRun | None = None
+        #: The host's notices for the next run, stored right after its ``start`` line.
+        self.start_notices: list[protocol.HostNotice] = []
         self.last_active = time.monotonic()
         self.stopping = False
         self._stream_masker: StreamMasker | None = None
@@ -806,6 +816,9 @@ class SandboxProcess:
                 problem = f"a line for run {foreign!r} arrived during run {run_id}"
             if problem:
                 entries.append(ReadEntry(run=run, line=protocol.Anomaly(f"protocol: {problem}")))
+            if line.type == "start" and run is not None and self.start_notices:
+                notices, self.start_notices = self.start_notices, []
+                entries += [ReadEntry(run=run, line=notice) for notice in notices]
             if line.type == "result" and run is not None:
                 run.close()  # the runtime takes the next submit now (PROTOCOL.md)
         return entries

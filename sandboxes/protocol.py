@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +27,20 @@ CONTROL_LINE_TYPES = frozenset({"ready", "pong", "hello", "error"})
 #: A confirm is approved by an answer whose first item is one of these (PROTOCOL.md).
 CONFIRM_YES = "yes"
 CONFIRM_NO = "no"
+
+#: The capability of a *gated* runtime (paw-agent's): its risky tools raise a ``notify
+#: ask`` of kind ``confirm`` before they act, and do not act unless approved
+#: (PROTOCOL.md, "PAW's own runtime"). A runtime whose ``ready`` lacks it is *ungated*: it
+#: runs its tools itself and tells the host only afterwards (python-agent-harness 1.5.6.6
+#: offers none such: docs/runtime.md, "Ungated runtimes"), so an approval PAW requires
+#: cannot come before the call, and PAW can only end the run after it.
+APPROVAL_GATE = "approval_gate"
+
+
+def runtime_gated(capabilities: Iterable[str]) -> bool:
+    """Whether a runtime with these ``ready.capabilities`` asks before its risky tools
+    act (:data:`APPROVAL_GATE` among them)."""
+    return APPROVAL_GATE in capabilities
 
 
 class ProtocolMismatch(Exception):
@@ -102,7 +117,19 @@ class Anomaly:
     type: str = "anomaly"
 
 
-ParsedLine = Ready | ControlLine | RunLine | UnknownLine | Malformed | Anomaly
+@dataclass(frozen=True)
+class HostNotice:
+    """A notice of the host's own about its sandbox, stored and sent among the sandbox's
+    lines in their order (e.g. ``runtime_ungated`` right after a run's ``start``): a
+    ``notice`` event ``{"type": "notice", "level", "code", "message"}``."""
+
+    code: str
+    message: str
+    level: str = "warning"
+    type: str = "notice"
+
+
+ParsedLine = Ready | ControlLine | RunLine | UnknownLine | Malformed | Anomaly | HostNotice
 
 
 def _without_nul(value: Any) -> Any:

@@ -21,6 +21,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from conversations.selectors import events as event_selectors
 from conversations.selectors import runs as run_selectors
 from conversations.selectors.conversations import approval_timeout_of
 from conversations.services import events as event_services
@@ -38,12 +39,14 @@ from sandboxes.launch import (
     isolation_mode,
     memory_exchanges,
     network_mode,
+    runtime_argv,
     sqlite_datasource_binds,
 )
 from sandboxes.models import Sandbox, WorkerNode
 from sandboxes.network import SPARE_FORWARD_PORTS, network_plan
 from sandboxes.node import Node, current_node
 from sandboxes.pool import SandboxError, SandboxProcess, ready_timeout
+from sandboxes.protocol import HostNotice, runtime_gated
 from sandboxes.selectors import lost_node_names, stopped_node_names
 from secrets_vault.services import (
     RunKnowledge,
@@ -373,6 +376,7 @@ def sandbox_spawn(
         added = True
         started = time.monotonic()
         sandbox.wait_ready(ready_timeout())
+        runtime_gate(sandbox)
     except (SandboxError, OSError, RuntimeError) as exc:
         metrics.sandbox_spawned(node=node.name, ok=False)
         sandbox.kill()
@@ -404,8 +408,57 @@ def sandbox_spawn(
         (time.monotonic() - started) * 1000,
         sandbox.pid,
     )
+    _ungated_notice(sandbox)
     _seed_history(sandbox, exclude_run=exclude_run)
     return sandbox
+
+
+#: What every conversation on an ungated runtime is told at its first run there.
+UNGATED_NOTICE = (
+    "This runtime runs its tools without asking; approvals apply to paw-agent only. Its "
+    "commands and file changes happen before PAW hears of them: PAW can end a run after a "
+    "call it would have asked you about, not prevent it."
+)
+
+
+def runtime_gate(sandbox: SandboxProcess) -> None:
+    """Refuse a sandbox whose runtime is ungated (its ``ready`` offers no
+    ``approval_gate``: :func:`~sandboxes.protocol.runtime_gated`) unless the operator
+    accepted that (``PAW_ALLOW_UNGATED_RUNTIME``). Raises :class:`SandboxError`
+    ``runtime_ungated`` (the run ends ``error`` with it; the caller kills the sandbox)."""
+    if runtime_gated(sandbox.capabilities) or settings.PAW_ALLOW_UNGATED_RUNTIME:
+        return
+    program = Path(runtime_argv()[0]).name  # what the sandbox was just started from
+    raise SandboxError(
+        f"the agent runtime ({program}) runs its tools without asking for approval (its ready "
+        "offers no approval_gate), so PAW does not run it: approvals apply to paw-agent "
+        "only. Use paw-agent (PAW_HARNESS_CMD), or set PAW_ALLOW_UNGATED_RUNTIME=1 to run "
+        "it knowingly.",
+        code="runtime_ungated",
+    )
+
+
+def _ungated_notice(sandbox: SandboxProcess) -> None:
+    """Tell the person, at the first run of the conversation on an ungated runtime, that
+    its tools run without asking: a ``notice`` ``runtime_ungated`` that the sandbox's
+    next ``start`` line carries along (:attr:`SandboxProcess.start_notices`: stored and
+    sent with the run's lines, never written here, so a slow database does not hold the
+    run up). Once per stretch: not again while no gated sandbox of the conversation
+    started since it was told (its next run, a respawn after an idle shutdown)."""
+    if runtime_gated(sandbox.capabilities):
+        return
+    told_at = event_selectors.notice_latest_at(
+        conversation_id=sandbox.conversation_id, code="runtime_ungated"
+    )
+    if told_at is not None:
+        since = (
+            Sandbox.objects.filter(conversation_id=sandbox.conversation_id, started_at__gt=told_at)
+            .exclude(id=sandbox.sandbox_id)
+            .values_list("capabilities", flat=True)
+        )
+        if not any(runtime_gated(capabilities) for capabilities in since):
+            return
+    sandbox.start_notices.append(HostNotice(code="runtime_ungated", message=UNGATED_NOTICE))
 
 
 def _memory_reseed(

@@ -218,6 +218,10 @@ class WorkerNode:
             "PAW_LLM_MODEL": "scripted-model",
             # The offline demo's provider, on the same scripted model (listed last).
             "PAW_DEMO_BASE_URL": self.model.base_url,
+            # A runtime other than paw-agent (python-agent-harness, the fake one) runs its
+            # tools without asking: PAW runs it only when told so. A test of that refusal
+            # passes PAW_ALLOW_UNGATED_RUNTIME="0".
+            **({} if command == PAW_AGENT else {"PAW_ALLOW_UNGATED_RUNTIME": "1"}),
             **extra_env,
         }
         if shutil.which("bwrap") is None and "PAW_SANDBOX_ISOLATION" not in env:

@@ -120,6 +120,12 @@ class RunOutput(VersionFieldsMixin, serializers.ModelSerializer):
         help_text="The answer rendered from Markdown and sanitized; relative images and "
         "links point at the conversation's artifacts."
     )
+    runtime_gated = serializers.BooleanField(
+        allow_null=True,
+        help_text="Whether the agent runtime that ran it asks before its risky tools act "
+        "(paw-agent: true); false for an ungated runtime (python-agent-harness), whose tools "
+        "run without asking, so approvals did not apply; null until its runtime started it.",
+    )
     created = serializers.DateTimeField(source="created_at")
     started = serializers.DateTimeField(source="started_at", allow_null=True)
     finished = serializers.DateTimeField(source="finished_at", allow_null=True)
@@ -129,8 +135,8 @@ class RunOutput(VersionFieldsMixin, serializers.ModelSerializer):
         fields = (
             "id", "conversation_id", "kind", "prompt", "status", "answer", "answer_html",
             "errors", "provider", "model",
-            "datasources", "tools", "attachments", "result", "usage", "replaces", "replaced_by",
-            "version", "versions", "created", "started", "finished",
+            "datasources", "tools", "attachments", "result", "usage", "runtime_gated",
+            "replaces", "replaced_by", "version", "versions", "created", "started", "finished",
         )  # fmt: skip
         read_only_fields = fields
 

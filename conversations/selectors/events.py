@@ -74,7 +74,9 @@ def _stored_texts(
     return texts
 
 
-def _within(texts: list[EventText], entries: list[live_log.LiveEntry], limit: int, max_bytes: int) -> list[EventText]:
+def _within(
+    texts: list[EventText], entries: list[live_log.LiveEntry], limit: int, max_bytes: int
+) -> list[EventText]:
     """``texts`` (from the database) then ``entries`` (the stream's), within ``limit``
     and the byte budget (at least one event)."""
     size = sum(len(text) for _, text in texts)
@@ -266,3 +268,14 @@ def conversation_cursor(*, conversation_id: UUID) -> int:
         if handed_out is not None:
             return handed_out
     return _stored_cursor(conversation_id)
+
+
+def notice_latest_at(*, conversation_id: UUID, code: str) -> datetime | None:
+    """When the conversation's newest stored ``notice`` of ``code`` (e.g.
+    ``runtime_ungated``) was stored, or ``None`` when it has none."""
+    return (
+        RunEvent.objects.filter(conversation_id=conversation_id, type="notice", kind=code)
+        .order_by("-cursor")
+        .values_list("created_at", flat=True)
+        .first()
+    )

@@ -4,7 +4,8 @@ The node's event pipeline (``sandboxes.pipeline``) reads, classifies, masks and 
 lines of its sandboxes; the lines that change something are handed here, as
 :class:`RunLine` items, inside the transaction that stored them:
 
-- ``start`` → the run is ``running``;
+- ``start`` → the run is ``running``, and records whether its runtime is gated
+  (``Run.runtime_gated``);
 - ``ask`` (``notify ask``) → an :class:`~conversations.models.Approval` (approved at once
   when it is a confirm and the conversation auto-approves; otherwise every tab is asked);
 - ``tool_calls`` → each call of a tool in ``PAW_APPROVAL_REQUIRED_TOOLS`` (case and
@@ -12,7 +13,8 @@ lines of its sandboxes; the lines that change something are handed here, as
   that exact call (tool and arguments), each confirm allowing one call once; a run
   restricted to some tools (``Run.tools``:
   ``POST /api/sql/ask``) may call only those; anything else stops the run
-  (``policy_violation``);
+  (``policy_violation``). On an ungated runtime (:attr:`RunControl.gated` false) the call
+  has already run by then: the violation says it "ran without asking";
 - ``tool`` (``notify tool``) of a ``run_sql`` that returned rows → the run's ``result``
   (its statement, columns, first ``PAW_SQL_RESULT_ROWS`` rows, row count): the last one wins;
 - ``usage`` (running totals) → the run's budgets are checked
@@ -56,6 +58,12 @@ logger = logging.getLogger(__name__)
 MAX_ANSWER_CHARS = 100_000
 #: Most characters of JSON the rows of a run's ``result`` take.
 MAX_RESULT_CHARS = 512 * 1024
+#: How a policy violation on an ungated runtime ends its message: the call has run.
+_RAN_WITHOUT_ASKING = (
+    "ran without asking: this agent runtime runs its tools itself and tells PAW only "
+    "afterwards, so PAW could not prevent it, only end the run after it (approvals apply "
+    "to paw-agent only)."
+)
 
 
 class LineKind(enum.StrEnum):
@@ -76,7 +84,10 @@ class RunControl(Protocol):
     policy, a stop), else ``None``. ``usage``: the runtime's latest running totals
     (``{"input", "output", "rounds", "estimated"}``, unchecked), or ``None``.
     ``allowed_tools``: the only tools the run may use (its submit's ``tools``), or ``None``
-    for any.
+    for any. ``gated``: whether its runtime asks before its risky tools act (its ``ready``
+    offers ``approval_gate``, as paw-agent's does); an *ungated* one (python-agent-harness)
+    runs its tools itself and tells the host only afterwards, so a call PAW refuses has
+    already run when PAW hears of it.
     """
 
     run_id: UUID
@@ -84,6 +95,7 @@ class RunControl(Protocol):
     forced: tuple[str, str] | None
     usage: dict[str, Any] | None
     allowed_tools: frozenset[str] | None
+    gated: bool
 
     def force_end(self, *, code: str, message: str) -> None:
         """Stop the run for a host reason (it ends ``error`` with ``code``)."""
@@ -205,7 +217,7 @@ class RunEffects:
         results: dict[UUID, dict[str, Any]] = {}
         for line in lines:
             if line.kind is LineKind.START:
-                run_services.run_mark_running(run_id=line.run.run_id)
+                run_services.run_mark_running(run_id=line.run.run_id, runtime_gated=line.run.gated)
             elif line.kind is LineKind.ASK:
                 self._ask(line.run, line.data)
             elif line.kind is LineKind.TOOL_CALLS:
@@ -285,18 +297,26 @@ class RunEffects:
         allowed by an approved confirm of the same run that names that very call (tool and
         arguments: :func:`call_key`) and allowed no call before. A call against either rule
         stops the run and is recorded as a ``policy_violation``; returns the run's error
-        then (``("policy_violation", message)``), else ``None``."""
+        then (``("policy_violation", message)``), else ``None``. A gated runtime announces
+        a call before it acts, so PAW "stopped" it; an ungated one (``control.gated``
+        false) has run it already, and the message says so ("ran without asking")."""
         if control.allowed_tools is not None and isinstance(calls, list):
             names = {c.get("name") for c in calls if isinstance(c, dict)}
             outside = sorted(str(name) for name in names - control.allowed_tools)
             if outside:
                 allowed = ", ".join(sorted(control.allowed_tools))
+                used = ", ".join(outside)
                 return cls._violation(
                     control,
                     tools=outside,
                     kind="tool_not_allowed",
-                    message=f"The agent tried to use {', '.join(outside)}, which this run may "
-                    f"not use (only {allowed}), so PAW stopped the run.",
+                    message=(
+                        f"The agent tried to use {used}, which this run may not use (only "
+                        f"{allowed}), so PAW stopped the run."
+                        if control.gated
+                        else f"The agent used {used}, which this run may not use (only "
+                        f"{allowed}); the call {_RAN_WITHOUT_ASKING}"
+                    ),
                 )
         gated = gated_calls_of(calls)
         if not gated:
@@ -307,12 +327,17 @@ class RunEffects:
         if not unmatched:
             return None
         tools = sorted({str(gated[i].get("name")) for i in unmatched})
+        used = ", ".join(tools)
         return cls._violation(
             control,
             tools=tools,
             kind="approval_required",
-            message=f"The agent tried to use {', '.join(tools)} without your approval of that "
-            "exact call, so PAW stopped the run.",
+            message=(
+                f"The agent tried to use {used} without your approval of that exact call, so "
+                "PAW stopped the run."
+                if control.gated
+                else f"The agent's {used} call {_RAN_WITHOUT_ASKING}"
+            ),
         )
 
     @staticmethod

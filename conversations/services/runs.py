@@ -363,15 +363,18 @@ def _status_only_publish(run: Run) -> None:
     message_publish_on_commit(conversation_id=run.conversation_id, message=run_status_message(run))
 
 
-def run_mark_running(*, run_id: UUID) -> Run | None:
-    """``starting`` → ``running`` (the runtime's ``start`` line arrived). Idempotent."""
+def run_mark_running(*, run_id: UUID, runtime_gated: bool | None = None) -> Run | None:
+    """``starting`` → ``running`` (the runtime's ``start`` line arrived), recording
+    ``runtime_gated``: whether that runtime asks before its risky tools act (``None``:
+    not known). Idempotent."""
     with transaction.atomic():
         run = Run.objects.select_for_update().filter(id=run_id).first()
         if run is None or run.status not in (Run.Status.QUEUED, Run.Status.STARTING):
             return run
         run.status = Run.Status.RUNNING
         run.started_at = timezone.now()
-        run.save(update_fields=["status", "started_at"])
+        run.runtime_gated = runtime_gated
+        run.save(update_fields=["status", "started_at", "runtime_gated"])
         _status_only_publish(run)
     return run
 

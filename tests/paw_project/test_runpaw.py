@@ -390,6 +390,40 @@ def test_the_check_before_make_run_migrates_finds_a_busy_port_and_a_running_paw(
         assert f"Another PAW (pid {first.pid}) is already running" in other.stderr
 
 
+def test_the_check_refuses_python_agent_harness_unless_the_operator_accepts_it(tmp_path):
+    """python-agent-harness runs its tools without asking (docs/runtime.md, *Ungated
+    runtimes*): `runpaw --check` (so `make run`, before anything) refuses a PAW_HARNESS_CMD
+    naming it unless PAW_ALLOW_UNGATED_RUNTIME says the operator knows; another program
+    than paw-agent passes with a warning (its ready decides, at each sandbox's start)."""
+
+    def check(**env: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [PYTHON, "manage.py", "runpaw", "--check"],
+            cwd=ROOT,
+            env={
+                **os.environ,
+                **embedded_env(tmp_path / "var", tmp_path / "check.sqlite3", free_port()),
+                **env,
+            },
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    refused = check(PAW_HARNESS_CMD="python-agent-harness serve")
+    assert refused.returncode == 1, refused
+    assert "PAW_HARNESS_CMD runs python-agent-harness" in refused.stderr
+    assert "PAW_ALLOW_UNGATED_RUNTIME=1" in refused.stderr
+    accepted = check(PAW_HARNESS_CMD="python-agent-harness serve", PAW_ALLOW_UNGATED_RUNTIME="1")
+    assert accepted.returncode == 0, accepted
+    assert "python-agent-harness" not in accepted.stderr
+    other = check(PAW_HARNESS_CMD=f"{PYTHON} -m my_runtime serve")
+    assert other.returncode == 0, other
+    assert "not paw-agent" in other.stderr and "approval_gate" in other.stderr
+    default = check()  # paw-agent: nothing to say
+    assert default.returncode == 0 and "approval_gate" not in default.stderr, default
+
+
 @pytest.mark.parametrize("value", ["0", "70000", "eighty"])
 def test_an_invalid_paw_port_is_refused_clearly(tmp_path, value):
     env = {**embedded_env(tmp_path, tmp_path / "paw.sqlite3"), "PAW_PORT": value}

@@ -46,7 +46,11 @@ workspace) at start and again for every submit, so one worker serves every mode.
   stderr: "ignoring cancel"), so only a kill ends it.
 
 Speaks just enough of protocol v1 (PROTOCOL.md) for that; like a real runtime, it reads
-ops on a separate thread so a cancel is seen during a run.
+ops on a separate thread so a cancel is seen during a run. Its ``ready`` offers
+``approval_gate`` (a *gated* runtime, whose risky tools ask first: what paw-agent
+promises) in the modes about approvals (``confirm``, ``rogue``, ``lying``, ``blurt``), so
+those play a gated runtime that keeps, or breaks, its promise; in every other mode it is
+*ungated*, like python-agent-harness (PAW runs it only with PAW_ALLOW_UNGATED_RUNTIME).
 """
 
 from __future__ import annotations
@@ -244,7 +248,11 @@ def main() -> None:
             "type": "ready",
             "pid": os.getpid(),
             "protocol_version": version,
-            "capabilities": ["submit", "submit_tools"] if mode == "overstep" else ["submit"],
+            "capabilities": [
+                "submit",
+                *(["submit_tools"] if mode == "overstep" else []),
+                *(["approval_gate"] if mode in ("confirm", "rogue", "lying", "blurt") else []),
+            ],
         }
     )
     threading.Thread(target=read_ops, daemon=True).start()

@@ -238,6 +238,9 @@ def test_a_runtime_calling_a_tool_its_run_may_not_use_is_stopped(worker_node):
     assert run.status == Run.Status.ERROR
     assert run.errors[0]["code"] == "policy_violation"
     assert "run_python, which this run may not use" in run.errors[0]["message"]
+    # The fake runtime is ungated (no approval_gate): the call ran before PAW heard of it.
+    assert "the call ran without asking" in run.errors[0]["message"]
+    assert "stopped" not in run.errors[0]["message"]
     violation = RunEvent.objects.get(run=run, type="policy_violation")
     assert violation.kind == "tool_not_allowed" and violation.payload["tools"] == ["run_python"]
 

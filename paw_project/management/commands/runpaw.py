@@ -211,7 +211,9 @@ class Command(BaseCommand):
             sys.exit(exc.returncode)
 
     def _check(self, host: str, port: int) -> None:
-        """Raise :class:`CommandError` as :meth:`_start` would for the port or the lock."""
+        """Raise :class:`CommandError` as :meth:`_start` would for the runtime, the port
+        or the lock."""
+        self._check_runtime()
         lock = lock_var_dir() if settings.EMBEDDED else None
         try:
             listen_socket(host, port).close()
@@ -219,7 +221,21 @@ class Command(BaseCommand):
             if lock is not None:
                 os.close(lock)
 
+    def _check_runtime(self) -> None:
+        """Refuse ``PAW_HARNESS_CMD`` naming python-agent-harness without
+        ``PAW_ALLOW_UNGATED_RUNTIME`` (:class:`CommandError`), as its worker would; say
+        what a runtime other than paw-agent must offer."""
+        from sandboxes.launch import UngatedRuntime, runtime_gate_check
+
+        try:
+            warning = runtime_gate_check()
+        except UngatedRuntime as exc:
+            raise CommandError(str(exc)) from exc
+        if warning:
+            self._say(warning, error=True)
+
     def _start(self, host: str, port: int, grace: float) -> None:
+        self._check_runtime()
         # What PAW writes from here on (the SQLite file's journal, workspaces, uploads) is
         # readable by this user only, as `make run` arranges for its own steps too.
         os.umask(0o077)

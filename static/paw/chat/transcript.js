@@ -32,6 +32,11 @@ const ERROR_TEXT = {
   unknown: "", // its message says it; a hint follows
 };
 
+// Codes whose message says it all, in words that differ by case: a policy violation on a
+// gated runtime (paw-agent) was stopped before it acted; on an ungated one
+// (python-agent-harness) the call "ran without asking", and the message says so.
+const OWN_WORDS = new Set(["policy_violation"]);
+
 const APPROVAL_TEXT = {
   pending: "Waiting for your decision",
   approved: "Approved",
@@ -123,22 +128,30 @@ class RunView {
     this.promptEl.append(el("span", { class: "prompt-attachments" }, `Images sent to the model: ${paths.join(", ")}`));
   }
 
-  /** A run's state (from the run list or a `run.status` message). */
-  setStatus({ status, errors, usage, model, provider }) {
+  /**
+   * A run's state (from the run list or a `run.status` message; `guessed`: from the
+   * runtime's own result line, which PAW's final word replaces: a run PAW ended itself —
+   * a policy violation, a budget — reads "cancelled" there but is an error).
+   */
+  setStatus({ status, errors, usage, model, provider }, { guessed = false } = {}) {
     // Messages can cross (a "queued" announced after the worker's "starting"): a run
     // never goes back, and an ended run stays ended.
     const order = { queued: 0, starting: 1, running: 2 };
     const ended = this.status && !(this.status in order);
     const backwards = status in order && this.status in order && order[status] < order[this.status];
-    if (status && (ended || backwards)) status = undefined;
+    const final = ended && this.statusGuessed && !guessed && status && !(status in order);
+    const asked = status;
+    if (status && ((ended && !final) || backwards)) status = undefined;
     if (status) {
       this.status = status;
+      this.statusGuessed = guessed;
       this.statusEl.textContent = STATUS_TEXT[status] || status;
       this.statusEl.dataset.status = status;
       this.element.dataset.status = status;
       if (!this.active) this.settleTools(status === "cancelled" ? "cancelled" : "done");
     }
-    if (errors) this.setErrors(errors);
+    // The errors go with the status they explain (not a guess's after PAW's final word).
+    if (errors && (status || !asked)) this.setErrors(errors);
     if (usage && (usage.input || usage.output)) this.setUsage(usage);
     if (provider !== undefined) this.provider = provider || "";
     if (model !== undefined) this.model = model || "";
@@ -160,6 +173,9 @@ class RunView {
         if (error.code === "unknown" && message) {
           const hint = " Check that the model provider can be reached and that its key is valid.";
           return el("p", { class: "run-error", role: "alert" }, message, hint);
+        }
+        if (OWN_WORDS.has(error.code) && message) {
+          return el("p", { class: "run-error", role: "alert" }, message);
         }
         return el("p", { class: "run-error", role: "alert" }, known || "Something went wrong.", message ? ` ${message}` : "");
       }),
@@ -333,7 +349,10 @@ class RunView {
     if (this.active) {
       // The run's own status follows (PAW may still end it otherwise, e.g. over budget).
       const failed = Array.isArray(event.errors) && event.errors.length;
-      this.setStatus({ status: this.cancelled ? "cancelled" : failed ? "error" : "done", errors: event.errors || [] });
+      this.setStatus(
+        { status: this.cancelled ? "cancelled" : failed ? "error" : "done", errors: event.errors || [] },
+        { guessed: true },
+      );
     }
     if (this.answerHtml !== null) this.showAnswer();
     else if (this.answerText) this.transcript.fetchAnswer(this);
