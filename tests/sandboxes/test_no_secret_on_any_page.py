@@ -6,6 +6,7 @@ secret."""
 
 from __future__ import annotations
 
+import base64
 import json
 import secrets as pysecrets
 
@@ -240,3 +241,43 @@ async def socket_replay(conversation_id, access_token: str) -> str:
             break
     await socket.disconnect()
     return "\n".join(received)
+
+
+def test_a_secret_typed_into_a_prompt_is_stored_masked_like_the_events(fake_worker, secret_scan):
+    """Issue 25: the prompt was masked in the run's events but returned as typed by the
+    runs and history endpoints. It is masked before it is stored, with the same values
+    (the user's secrets, the provider key) and forms: the run, the API's runs, run,
+    history and conversation (its title, taken from the prompt), a regenerated answer and
+    what the sandbox is sent (its ``start`` line echoes the prompt it got) all agree."""
+    conversation = ConversationFactory(title="")  # to be named after the first prompt
+    user = conversation.user
+    token = f"typed-token-{pysecrets.token_hex(16)}"
+    secret_set(name="MY_TOKEN", value=token, user=user)
+    (workspace_ensure(conversation.id) / "fake_mode").write_text("flood 1")
+    encoded = base64.b64encode(token.encode()).decode()
+    api = api_client_for(user)
+    runs = f"/api/conversations/{conversation.id}/runs"
+    started = api.post(runs, {"prompt": f"Log in with {token} (or {encoded})"}, format="json")
+    assert started.status_code == 202, started.content
+    masked = "Log in with [secret:MY_TOKEN] (or [secret:MY_TOKEN])"
+    assert started.json()["prompt"] == masked
+    run = wait_for(lambda: finished(started.json()["id"]), what="the run to end")
+    assert run.status == Run.Status.DONE, run.errors
+    assert run.prompt == masked
+    start = RunEvent.objects.get(run=run, type="start")
+    assert start.payload["prompt"] == masked  # what the sandbox was sent
+
+    again = api.post(runs, {"replaces": str(run.id)}, format="json")  # regenerate
+    assert again.status_code == 202, again.content
+    assert again.json()["prompt"] == masked
+    wait_for(lambda: finished(again.json()["id"]), what="the regenerated run to end")
+
+    listed = api.get(runs).json()["results"]
+    assert [item["prompt"] for item in listed] == [masked, masked]
+    assert api.get(f"{runs}/{run.id}").json()["prompt"] == masked
+    history = api.get(f"/api/conversations/{conversation.id}/history").json()["results"]
+    assert {turn["prompt"] for turn in history} == {masked}
+    detail = api.get(f"/api/conversations/{conversation.id}").json()
+    assert detail["title"] == masked
+    assert record_stored_runtime_output() > 0
+    secret_scan.check()
