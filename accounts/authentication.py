@@ -61,6 +61,9 @@ class PersonalTokenAuthentication(BaseAuthentication):
     address (see the module docstring): 429 instead of 401 past the limit."""
 
     keyword = b"bearer"
+    #: Failures count per client address (``PAW_THROTTLE_BAD_TOKENS``): any view using this
+    #: class can answer 429 (``paw_project.schema`` documents it).
+    bearer_failures_counted = True
 
     def authenticate(self, request: Request) -> tuple[User, PersonalToken] | None:
         parts = get_authorization_header(request).split()
@@ -95,6 +98,8 @@ class PawJWTAuthentication(JWTAuthentication):
     current one, so tokens issued before a logout or password change fail at once (401,
     code ``token_revoked``). One query: the user's row, read on every request. A token
     that fails counts against the client's address (see the module docstring)."""
+
+    bearer_failures_counted = True  # as PersonalTokenAuthentication's
 
     def authenticate(self, request: Request) -> tuple[User, Token] | None:
         """simplejwt's ``authenticate`` (no ``Bearer`` header: ``None``), with the address's

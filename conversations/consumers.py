@@ -139,10 +139,10 @@ class PawConsumer(AsyncJsonWebsocketConsumer):
         """Let go of what the connection holds (subscriptions, tasks); idempotent."""
 
     async def refuse_throttled_token(self) -> bool:
-        """Call after ``accept``: when the connection's token was refused unchecked (too
-        many failed bearer authentications from its address, ``accounts.websocket``),
-        send ``error`` ``throttled`` with ``retry_after`` (seconds), close with 4429 and
-        return True; else return False."""
+        """Call after ``accept``: when the connection's token was refused for too many
+        failed bearer authentications from its address (``accounts.websocket``), send
+        ``error`` ``throttled`` with ``retry_after`` (seconds), close with 4429 and return
+        True; else return False."""
         wait = self.scope.get("paw_auth_retry_after")
         if wait is None:
             return False
