@@ -1,4 +1,5 @@
-"""The web server (``paw_project.web``, uvicorn): what one request may cost in memory.
+"""The web server (``paw_project.web``, uvicorn): what one request may cost in memory, and
+bodies sent without ``Content-Length`` (chunked) taken like any other.
 
 A real web process on the test database. Bodies are streamed from generators (nothing is
 on disk on the client side). The server's memory is read from ``/proc``: its peak
