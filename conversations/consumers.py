@@ -242,7 +242,10 @@ class ConversationConsumer(PawConsumer):
 
     async def catch_up(self, message: dict[str, Any]) -> None:
         """Read back events this connection lacks (see the module docstring)."""
-        if self.live and await conversation_cursor_async(conversation_id=self.conversation_id) > self.cursor:
+        if (
+            self.live
+            and await conversation_cursor_async(conversation_id=self.conversation_id) > self.cursor
+        ):
             async with self._sending:
                 logger.info("websocket caught up on events it had not received")
                 await self._fill(until=None, reason="quiet_check")
