@@ -1,11 +1,19 @@
 """API authentication: personal API tokens (``paw_…``) and JWT bearer tokens, both checked
-against the user's ``token_version``."""
+against the user's ``token_version``.
+
+Failed bearer authentications are limited per client address (``PAW_THROTTLE_BAD_TOKENS``,
+``accounts.services.bearer_lockout_wait``): past the limit a bearer token from that
+address is answered ``429 {"detail", "code": "throttled"}`` with ``Retry-After`` without
+being checked, a valid one too, until the oldest counted failure leaves the window.
+"""
 
 from __future__ import annotations
 
 from django.utils.translation import gettext_lazy as _
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
+from rest_framework.exceptions import Throttled
 from rest_framework.request import Request
+from rest_framework.throttling import BaseThrottle
 from rest_framework_simplejwt.authentication import JWTAuthentication
 from rest_framework_simplejwt.exceptions import AuthenticationFailed, InvalidToken
 from rest_framework_simplejwt.settings import api_settings
@@ -13,8 +21,33 @@ from rest_framework_simplejwt.tokens import Token
 from rest_framework_simplejwt.utils import get_md5_hash_password
 
 from accounts.models import PersonalToken, User
-from accounts.services import PERSONAL_TOKEN_PREFIX, personal_token_authenticate
+from accounts.services import (
+    PERSONAL_TOKEN_PREFIX,
+    bearer_failure_record,
+    bearer_lockout_wait,
+    personal_token_authenticate,
+)
 from accounts.tokens import TOKEN_VERSION_CLAIM
+
+
+class BearerThrottled(Throttled):
+    """429 ``throttled`` (with ``Retry-After``): too many failed bearer authentications
+    from the client's address."""
+
+    default_detail = "Too many failed token authentications from this address."
+
+
+def _address(request: Request) -> str:
+    """The client address the bearer failures are counted by (as the other throttles
+    count: ``REMOTE_ADDR``, or ``X-Forwarded-For`` as far as ``PAW_NUM_PROXIES`` trusts
+    it)."""
+    return BaseThrottle().get_ident(request)
+
+
+def _refuse_if_locked_out(address: str) -> None:
+    wait = bearer_lockout_wait(address=address)
+    if wait is not None:
+        raise BearerThrottled(wait)
 
 
 class PersonalTokenAuthentication(BaseAuthentication):
@@ -24,9 +57,13 @@ class PersonalTokenAuthentication(BaseAuthentication):
     one); a ``paw_`` value that is unknown, expired or revoked is a 401
     (``token_not_valid``), never passed on. ``request.auth`` is the token. Listed first in
     ``DEFAULT_AUTHENTICATION_CLASSES``, so every endpoint accepts it and its throttles
-    count the token's user like any other."""
+    count the token's user like any other. A failure counts against the client's
+    address (see the module docstring): 429 instead of 401 past the limit."""
 
     keyword = b"bearer"
+    #: Failures count per client address (``PAW_THROTTLE_BAD_TOKENS``): any view using this
+    #: class can answer 429 (``paw_project.schema`` documents it).
+    bearer_failures_counted = True
 
     def authenticate(self, request: Request) -> tuple[User, PersonalToken] | None:
         parts = get_authorization_header(request).split()
@@ -38,8 +75,13 @@ class PersonalTokenAuthentication(BaseAuthentication):
             return None
         if not raw.startswith(PERSONAL_TOKEN_PREFIX):
             return None
+        address = _address(request)
+        _refuse_if_locked_out(address)
         found = personal_token_authenticate(raw=raw)
         if found is None:
+            wait = bearer_failure_record(address=address, kind="personal")
+            if wait is not None:
+                raise BearerThrottled(wait)
             raise AuthenticationFailed(
                 "The API token is not valid (unknown, expired or revoked).",
                 code="token_not_valid",
@@ -54,7 +96,31 @@ class PawJWTAuthentication(JWTAuthentication):
     """``Authorization: Bearer <access token>``, as simplejwt checks it (signature, expiry,
     type, active user), plus: the token's ``token_version`` claim must equal the user's
     current one, so tokens issued before a logout or password change fail at once (401,
-    code ``token_revoked``). One query: the user's row, read on every request."""
+    code ``token_revoked``). One query: the user's row, read on every request. A token
+    that fails counts against the client's address (see the module docstring)."""
+
+    bearer_failures_counted = True  # as PersonalTokenAuthentication's
+
+    def authenticate(self, request: Request) -> tuple[User, Token] | None:
+        """simplejwt's ``authenticate`` (no ``Bearer`` header: ``None``), with the address's
+        bearer failures checked first and this one counted: raises ``BearerThrottled``
+        (429) past the limit, else what simplejwt raises (401)."""
+        header = self.get_header(request)
+        if header is None:
+            return None
+        address = _address(request)
+        try:
+            raw = self.get_raw_token(header)
+            if raw is None:
+                return None
+            _refuse_if_locked_out(address)
+            validated = self.get_validated_token(raw)
+            return self.get_user(validated), validated
+        except AuthenticationFailed:  # InvalidToken too
+            wait = bearer_failure_record(address=address, kind="jwt")
+            if wait is not None:
+                raise BearerThrottled(wait) from None
+            raise
 
     def get_user(self, validated_token: Token) -> User:
         # simplejwt's JWTAuthentication.get_user, except for the query: QuerySet.get builds

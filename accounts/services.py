@@ -23,7 +23,7 @@ from rest_framework_simplejwt.utils import datetime_from_epoch
 
 from accounts.models import PersonalToken, User
 from accounts.tokens import TOKEN_VERSION_CLAIM, PawRefreshToken
-from paw_project import broadcast
+from paw_project import broadcast, metrics, throttles
 from paw_project.errors import Conflict, InvalidRequest, NotFound, Unauthenticated
 
 logger = logging.getLogger(__name__)
@@ -327,6 +327,43 @@ def personal_token_authenticate(*, raw: str) -> tuple[User, PersonalToken] | Non
         PersonalToken.objects.filter(pk=token.pk).update(last_used_at=now)
         token.last_used_at = now
     return user, token
+
+
+#: The throttle scope of failed bearer authentications, counted per client address.
+BEARER_FAILURE_SCOPE = "bearer"
+
+
+def bearer_lockout_wait(*, address: str) -> int | None:
+    """Before a bearer token (personal API token or JWT, over HTTP or a websocket) from
+    the client ``address`` is checked: ``None`` when it may be, else the seconds (an int,
+    at least 1) until it may, because ``address`` has had ``PAW_THROTTLE_BAD_TOKENS``
+    failed bearer authentications within the rate's window. A refused token is not
+    checked at all, a valid one neither (as django-axes refuses a locked-out login even
+    with the right password): otherwise a guesser would still learn from the answer
+    whether a guess was right. Requests without a bearer token (a browser's session)
+    are never refused here. A refusal is counted in ``paw_throttled_requests{scope=
+    "bearer"}``; one read of the throttle store."""
+    wait = throttles.rate_wait(settings.PAW_THROTTLE_BAD_TOKENS, BEARER_FAILURE_SCOPE, address)
+    if wait is not None:
+        metrics.throttled(scope=BEARER_FAILURE_SCOPE)
+    return wait
+
+
+def bearer_failure_record(*, address: str, kind: str) -> int | None:
+    """Count one bearer token of ``kind`` (``personal`` or ``jwt``) from ``address`` that
+    was checked and did not authenticate (unknown, malformed, expired, revoked).
+
+    Returns ``None`` when the failure was within ``PAW_THROTTLE_BAD_TOKENS`` (answer it
+    as the failure it is: 401), else the seconds until the address's next token will be
+    checked: this failure is past the limit (it came with others at the same time, all
+    checked before any was counted) and is answered 429 like the ones after it. Counting
+    is one atomic step of the throttle store, so of a burst exactly the limit's number
+    get their 401. Counted in ``paw_bearer_auth_failures{kind}``."""
+    metrics.bearer_failed(kind=kind)
+    wait = throttles.rate_hit(settings.PAW_THROTTLE_BAD_TOKENS, BEARER_FAILURE_SCOPE, address)
+    if wait is not None:
+        metrics.throttled(scope=BEARER_FAILURE_SCOPE)
+    return wait
 
 
 def sso_enabled() -> bool:

@@ -6,6 +6,11 @@ The browser's socket is authenticated by its session cookie (Channels'
 ``Sec-WebSocket-Protocol: paw, <token>`` (the server then answers with the subprotocol
 ``paw``). A token, when given, decides: an invalid, expired or revoked one leaves the
 socket anonymous, and it is closed with 4401.
+
+A token that fails counts as a failed bearer authentication of the client's address, as
+on the API (``accounts.services.bearer_lockout_wait``): past ``PAW_THROTTLE_BAD_TOKENS``
+the token is not checked, the socket stays anonymous, and the consumer sends ``error``
+``throttled`` (with ``retry_after``, seconds) and closes it with 4429.
 """
 
 from __future__ import annotations
@@ -21,18 +26,48 @@ from rest_framework.settings import api_settings
 from rest_framework_simplejwt.authentication import JWTAuthentication
 from rest_framework_simplejwt.exceptions import InvalidToken, TokenError
 
-from accounts.services import PERSONAL_TOKEN_PREFIX, personal_token_authenticate
+from accounts.services import (
+    PERSONAL_TOKEN_PREFIX,
+    bearer_failure_record,
+    bearer_lockout_wait,
+    personal_token_authenticate,
+)
+from paw_project.throttles import client_address
 
 SUBPROTOCOL = "paw"
 
 
-def user_for_token(raw: str) -> tuple[Any, int | None]:
-    """``(user, personal token id)`` for a valid personal API token, ``(user, None)`` for a
-    valid JWT access token, ``(None, None)`` for anything else."""
-    if raw.startswith(PERSONAL_TOKEN_PREFIX):
+def user_for_token(raw: str, *, address: str) -> tuple[Any, int | None, int | None]:
+    """``(user, personal token id, None)`` for a valid personal API token, ``(user, None,
+    None)`` for a valid JWT access token, ``(None, None, None)`` for anything else, which
+    counts as a failed bearer authentication of the client ``address``; ``(None, None,
+    seconds)`` when ``address`` is past ``PAW_THROTTLE_BAD_TOKENS`` (the token was not
+    checked, or this failure was one past the limit): the seconds until it may try
+    again."""
+    wait = bearer_lockout_wait(address=address)
+    if wait is not None:
+        return None, None, wait
+    personal = raw.startswith(PERSONAL_TOKEN_PREFIX)
+    if personal:
         found = personal_token_authenticate(raw=raw)
-        return (found[0], found[1].pk) if found else (None, None)
-    return user_for_access_token(raw), None
+        if found:
+            return found[0], found[1].pk, None
+    else:
+        user = user_for_access_token(raw)
+        if user is not None:
+            return user, None, None
+    wait = bearer_failure_record(address=address, kind="personal" if personal else "jwt")
+    return None, None, wait
+
+
+def scope_address(scope: dict[str, Any]) -> str:
+    """The client address of a websocket ``scope``, decided as for an HTTP request
+    (``paw_project.throttles.client_address``)."""
+    meta = {"REMOTE_ADDR": (scope.get("client") or ("",))[0] or ""}
+    for name, value in scope.get("headers", ()):
+        if name == b"x-forwarded-for":
+            meta["HTTP_X_FORWARDED_FOR"] = value.decode("latin-1")
+    return client_address(meta)
 
 
 def user_for_access_token(raw: str) -> Any:
@@ -69,8 +104,11 @@ class JwtAuthMiddleware(BaseMiddleware):
         token, subprotocol = _token_from(scope)
         scope = dict(scope, paw_subprotocol=subprotocol)
         if token is not None:
-            user, token_id = await database_sync_to_async(user_for_token)(token)
+            user, token_id, wait = await database_sync_to_async(user_for_token)(
+                token, address=scope_address(scope)
+            )
             scope["user"] = user or AnonymousUser()
+            scope["paw_auth_retry_after"] = wait  # seconds: closed with 4429
             scope["paw_auth"] = "jwt"  # a bearer token: revoking the user's tokens closes it
             scope["paw_token_id"] = token_id  # deleting this personal token closes it too
         return await super().__call__(scope, receive, send)

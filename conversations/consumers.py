@@ -29,7 +29,9 @@ one of a run.
 
 Close codes: 4401 not signed in (or signed out, or its token revoked), 4404 no such
 conversation — also another user's one, as the REST API answers 404 for it (ids cannot be
-probed) — or the conversation was deleted.
+probed) — or the conversation was deleted, 4429 a token refused because of too many failed
+bearer authentications from the client's address (``accounts.websocket``; after an
+``error`` ``throttled`` with ``retry_after``, seconds).
 """
 
 from __future__ import annotations
@@ -136,6 +138,25 @@ class PawConsumer(AsyncJsonWebsocketConsumer):
     async def release(self) -> None:
         """Let go of what the connection holds (subscriptions, tasks); idempotent."""
 
+    async def refuse_throttled_token(self) -> bool:
+        """Call after ``accept``: when the connection's token was refused for too many
+        failed bearer authentications from its address (``accounts.websocket``), send
+        ``error`` ``throttled`` with ``retry_after`` (seconds), close with 4429 and return
+        True; else return False."""
+        wait = self.scope.get("paw_auth_retry_after")
+        if wait is None:
+            return False
+        await self.send_json(
+            {
+                "type": "error",
+                "code": "throttled",
+                "detail": "Too many failed token authentications from this address.",
+                "retry_after": wait,
+            }
+        )
+        await self.close(code=4429)
+        return True
+
 
 class ConversationConsumer(PawConsumer):
     """A thin edge: authenticate, follow the conversation, call services for client
@@ -152,6 +173,8 @@ class ConversationConsumer(PawConsumer):
         code, conversation = await _conversation_access(user, self.conversation_id_text)
         subprotocol = self.scope.get("paw_subprotocol")
         await self.accept(subprotocol=subprotocol)
+        if await self.refuse_throttled_token():
+            return
         if code:
             await self.close(code=code)
             return
@@ -219,7 +242,10 @@ class ConversationConsumer(PawConsumer):
 
     async def catch_up(self, message: dict[str, Any]) -> None:
         """Read back events this connection lacks (see the module docstring)."""
-        if self.live and await conversation_cursor_async(conversation_id=self.conversation_id) > self.cursor:
+        if (
+            self.live
+            and await conversation_cursor_async(conversation_id=self.conversation_id) > self.cursor
+        ):
             async with self._sending:
                 logger.info("websocket caught up on events it had not received")
                 await self._fill(until=None, reason="quiet_check")
@@ -498,13 +524,16 @@ class UserConsumer(PawConsumer):
     Client → server: ``ping``. Nothing is replayed: a client (re)reads
     ``GET /api/conversations`` on every (re)connect, and each message carries a whole
     state, so nothing is missed for long. Close codes: 4401 not signed in (or signed out,
-    or its token revoked), as the conversation socket's.
+    or its token revoked) and 4429 (a token refused for its address's failed bearer
+    authentications), as the conversation socket's.
     """
 
     async def connect(self) -> None:
         self.groups_followed: list[str] = []
         user = self.scope.get("user")
         await self.accept(subprotocol=self.scope.get("paw_subprotocol"))
+        if await self.refuse_throttled_token():
+            return
         if not await _signed_in(user):
             await self.close(code=4401)
             return

@@ -166,6 +166,8 @@ class Agent:
             "user's approval. If the user declines, do not try the same thing another way; "
             "say what you would have done.",
             "- Use ask_user only when you cannot go on without a decision.",
+            "- [secret:NAME] stands for a secret PAW masked (also in the user's message); "
+            "its value is in the environment variable NAME: use it from code, never print it.",
             "- Answer concisely in the user's language, with Markdown.",
         ]
         if self.toolbox.datasources:

@@ -21,6 +21,15 @@ Three costs dominate Django's own ``ASGIHandler`` for sync views (measured with
   response whose body is already whole ``response.close()``, run in one hop; the
   response is sent afterwards (a streaming one as Django sends it, then closed).
 
+One thing Django's handler gets wrong is fixed: a body sent without ``Content-Length``
+(``Transfer-Encoding: chunked``: curl with that header, ``curl -T``, any client that
+streams a body of unknown length) reached the view as an empty one, because Django's
+multipart parser and DRF take a missing length for zero (Django ticket #35289). By the
+time the request is built the body has been read whole (spooled to disk past
+``FILE_UPLOAD_MAX_MEMORY_SIZE``) and held to its limit while it arrived
+(``paw_project.asgi_limits`` cuts a chunked body off once past it), so its length is
+known: :meth:`SyncStackASGIHandler.create_request` declares it as ``CONTENT_LENGTH``.
+
 Nothing else changes: the same middleware, views, signals, body spooling and streaming
 responses; a response is still not sent to a client that went away while the view ran.
 Websockets do not pass here (Channels); :class:`WebsocketThreads` gives them a fixed set
@@ -31,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -121,6 +131,21 @@ class SyncStackASGIHandler(ASGIHandler):
                     await listener
             finally:
                 body_file.close()
+
+    def create_request(self, scope: dict[str, Any], body_file) -> tuple[Any, Any]:
+        """Django's ``(request, None)`` or ``(None, error response)``; a request that
+        declared no ``Content-Length`` gets the length of the body received (bytes), which
+        :meth:`read_body` has read whole by now, so that the multipart parser and DRF's
+        parsers read it (they take a missing length for an empty body). A body that
+        declared its length is left to Django as before (the server received exactly
+        that many bytes)."""
+        request, error_response = super().create_request(scope, body_file)
+        if request is not None and not request.META.get("CONTENT_LENGTH"):
+            size = body_file.seek(0, os.SEEK_END)
+            body_file.seek(0)
+            if size:
+                request.META["CONTENT_LENGTH"] = str(size)
+        return request, error_response
 
     def respond(self, scope: dict[str, Any], body_file) -> HttpResponseBase:
         """On the request thread: ``request_started``, the request (or Django's 400/413

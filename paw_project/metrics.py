@@ -183,8 +183,14 @@ BUDGET_REFUSALS = Counter(
 THROTTLED = Counter(
     "paw_throttled_requests",
     "Requests refused by a rate limit, by scope (runs, auth, uploads, secrets, password, "
-    "websocket).",
+    "websocket, bearer: a bearer token from an address past PAW_THROTTLE_BAD_TOKENS).",
     ["scope"],
+)
+BEARER_FAILURES = Counter(
+    "paw_bearer_auth_failures",
+    "Bearer tokens (Authorization: Bearer, or a websocket's token) that were checked and "
+    "did not authenticate, by kind: personal (paw_…) or jwt.",
+    ["kind"],
 )
 
 
@@ -307,6 +313,11 @@ def budget_refused(*, stage: str) -> None:
 def throttled(*, scope: str) -> None:
     """A rate limit refused a request or a websocket message."""
     THROTTLED.labels(scope=scope).inc()
+
+
+def bearer_failed(*, kind: str) -> None:
+    """A bearer token of ``kind`` (``personal`` or ``jwt``) did not authenticate."""
+    BEARER_FAILURES.labels(kind=kind).inc()
 
 
 # --- state read at scrape time ------------------------------------------------------------------

@@ -16,7 +16,9 @@ class PawAutoSchema(AutoSchema):
     answer in the one error shape, so no answer is undocumented: 401 (no, invalid or
     revoked credentials; any request can carry a bad token), 403 unless the view allows
     anyone, 404 for paths naming an object, 400 for operations taking input, 429 for
-    throttled views. Statuses an operation documents itself are kept as they are."""
+    throttled views and for every view that takes bearer tokens (an authentication class
+    with ``bearer_failures_counted``: past ``PAW_THROTTLE_BAD_TOKENS`` failed ones from an
+    address, its tokens get 429). Statuses an operation documents itself are kept."""
 
     def _error_statuses(self) -> list[int]:
         statuses = [401]
@@ -31,7 +33,11 @@ class PawAutoSchema(AutoSchema):
             or self.get_override_parameters()
         ):
             statuses.append(400)
-        if getattr(self.view, "throttle_classes", None):
+        authenticators = getattr(self.view, "authentication_classes", ())
+        if getattr(self.view, "throttle_classes", None) or any(
+            getattr(authenticator, "bearer_failures_counted", False)
+            for authenticator in authenticators
+        ):
             statuses.append(429)
         return statuses
 

@@ -24,6 +24,11 @@ when the next one will pass.
   (``PAW_THROTTLE_AUTH``).
 - :class:`PasswordThrottle`: password changes per user (``PAW_THROTTLE_AUTH``): a stolen
   access token cannot be used to guess the current password at speed.
+
+Failed bearer authentications per client address (``PAW_THROTTLE_BAD_TOKENS``) count
+failures, not requests: ``accounts.services.bearer_failure_record`` counts each with
+:func:`rate_hit`, and ``accounts.services.bearer_lockout_wait`` asks :func:`rate_wait`
+before a token is checked.
 """
 
 from __future__ import annotations
@@ -31,14 +36,22 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Mapping
+from types import SimpleNamespace
+from typing import TYPE_CHECKING
 
 from django.conf import settings
+from django.http.request import HttpHeaders
 from limits.storage import MemoryStorage, MovingWindowSupport, RedisStorage
 from rest_framework.request import Request
 from rest_framework.throttling import BaseThrottle
-from rest_framework.views import APIView
 
 from paw_project import metrics
+
+if TYPE_CHECKING:
+    # Not at run time: importing DRF's views loads the authentication classes, which use
+    # the accounts services, which use this module.
+    from rest_framework.views import APIView
 
 KEY_PREFIX = "paw:throttle"
 #: Seconds of each rate unit, by its first letter (DRF's rate format).
@@ -95,6 +108,30 @@ def rate_hit(rate: str, scope: str, ident: str) -> int | None:
         return None
     oldest, _counted = counter.get_moving_window(key, count, seconds)
     return max(1, math.ceil(oldest + seconds - time.time()))
+
+
+def rate_wait(rate: str, scope: str, ident: str) -> int | None:
+    """Whether one more request of ``ident`` would be within ``rate`` in ``scope``, without
+    counting it: ``None`` when it would, else the seconds (an int, at least 1) until it
+    would (when the oldest counted request leaves the window). One read of the store."""
+    count, seconds = parse_rate(rate)
+    key = f"{scope}/{ident}"
+    counter = store()
+    if isinstance(counter, MemoryStorage):
+        with _memory_lock:
+            oldest, counted = counter.get_moving_window(key, count, seconds)
+    else:
+        oldest, counted = counter.get_moving_window(key, count, seconds)  # one Lua script
+    if counted < count:
+        return None
+    return max(1, math.ceil(oldest + seconds - time.time()))
+
+
+def client_address(meta: Mapping[str, str]) -> str:
+    """The client address of a request whose WSGI-style ``meta`` holds ``REMOTE_ADDR`` and
+    maybe ``HTTP_X_FORWARDED_FOR``: DRF's ``get_ident`` (``X-Forwarded-For`` only as far
+    as ``PAW_NUM_PROXIES`` trusts it), for what is not a DRF request (a websocket)."""
+    return BaseThrottle().get_ident(SimpleNamespace(META=meta, headers=HttpHeaders(meta)))
 
 
 def rate_reset(scope: str, ident: str) -> None:

@@ -6,6 +6,21 @@ PAW stores or sends afterwards goes through :func:`mask_secrets`, which replaces
 occurrence of a value by ``[secret:NAME]`` — also inside longer text, so a value the agent
 prints is masked too.
 
+The forms a curious model or a careless script prints a value in are masked as well, each
+as ``[secret:NAME]`` (:func:`secret_forms`): reversed; Base64, standard and URL-safe, with
+and without padding; hexadecimal, lower and upper case; percent-encoded (Python's
+``quote`` and ``quote_plus``, JavaScript's ``encodeURIComponent``, with upper- or
+lower-case escapes). A value inside a longer Base64 text (``user:password`` of a Basic
+``Authorization`` header, a JSON document) is encoded in one of three ways depending on
+its offset modulo 3; for each, the characters that come from the value alone are masked,
+so at most the one or two characters at either end, which it shares with its neighbours
+(at most 4 bits of it each), stay. Not covered: other encodings and combinations (Base32,
+Base64 of the reversed value, a hex dump with spaces, mixed-case hex, Base64 cut into
+lines), and pieces of a value; masking is a net for what is printed carelessly, not a
+wall against a runtime that holds the values (the sandbox must have them to use them).
+Forms shorter than :data:`MIN_FORM_LENGTH` characters are left alone, and values longer
+than :data:`MAX_FORM_SOURCE_LENGTH` characters are masked as they are only.
+
 Values shorter than :data:`MIN_MASKED_LENGTH` characters are not masked: a 1-3 character
 "secret" (``"1"``, ``"yes"``) would turn every number and word containing it into noise,
 and such a value protects nothing anyway.
@@ -16,19 +31,76 @@ before the apps are ready.
 
 from __future__ import annotations
 
+import base64
 import functools
 import logging
+import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
+from urllib.parse import quote, quote_plus
+
+from ahocorasick_rs import AhoCorasick, MatchKind
 
 #: Values shorter than this many characters are left alone (see the module docstring).
 MIN_MASKED_LENGTH = 4
+#: Encoded or reversed forms (:func:`secret_forms`) shorter than this many characters are
+#: left alone: the reverse of "stop" is the word "pots", and a Base64 piece of four
+#: characters turns up in any long identifier.
+MIN_FORM_LENGTH = 8
+#: Values longer than this many characters are masked as they are, without their forms:
+#: each form costs about the value's size again, and a matcher holds some 15 of them.
+MAX_FORM_SOURCE_LENGTH = 4096
+#: Values and forms up to this many characters are found by the matcher's automaton,
+#: longer ones by ``str.find`` (see :class:`_Matcher`).
+AUTOMATON_MAX_CHARS = 512
 #: Log lines are shared by every user of the server: there, only values that look like
 #: credentials are masked (at least this long, no white space, two kinds of characters),
 #: so that nobody blanks others' log lines by saving "127.0.0.1" or "alice" as a secret.
 #: Events and answers of one's own runs mask every value.
 LOG_MASK_MIN_LENGTH = 12
+
+
+def secret_forms(value: str) -> list[str]:
+    """The forms of ``value`` masked besides the value itself (see the module docstring),
+    each at least :data:`MIN_FORM_LENGTH` characters and different from ``value``; none
+    for a value over :data:`MAX_FORM_SOURCE_LENGTH` characters. Bytes are UTF-8."""
+    return list(_forms(value))
+
+
+@functools.lru_cache(maxsize=4096)
+def _forms(value: str) -> tuple[str, ...]:
+    # Cached: the log filter's matcher is built anew whenever a value is registered.
+    if len(value) > MAX_FORM_SOURCE_LENGTH:
+        return ()
+    raw = value.encode("utf-8")
+    forms = [value[::-1]]
+    for encode in (base64.b64encode, base64.urlsafe_b64encode):
+        whole = encode(raw).decode("ascii")
+        forms += [whole, whole.rstrip("=")]
+        forms += [_base64_core(encode, raw, offset) for offset in (0, 1, 2)]
+    forms += [raw.hex(), raw.hex().upper()]
+    for escaped in (
+        quote(value, safe=""),
+        quote(value),  # "/" kept, as in a path
+        quote_plus(value, safe=""),
+        quote(value, safe="!~*'()"),  # JavaScript's encodeURIComponent
+    ):
+        forms += [escaped, _ESCAPE.sub(lambda m: m.group(0).lower(), escaped)]
+    return tuple(
+        form for form in dict.fromkeys(forms) if form != value and len(form) >= MIN_FORM_LENGTH
+    )
+
+
+_ESCAPE = re.compile(r"%[0-9A-F]{2}")
+
+
+def _base64_core(encode: Callable[[bytes], bytes], raw: bytes, offset: int) -> str:
+    """The Base64 characters that come from ``raw`` alone when it starts ``offset`` bytes
+    (0-2) into a longer encoded text: character ``i`` holds bits ``6i`` to ``6i + 6`` of
+    the text, ``raw`` bits ``8 * offset`` to ``8 * (offset + len(raw))``."""
+    encoded = encode(b"\0" * offset + raw).decode("ascii")
+    return encoded[-(-8 * offset // 6) : 8 * (offset + len(raw)) // 6]
 
 
 def mask_text(text: str, secret_values: Mapping[str, str]) -> str:
@@ -82,27 +154,53 @@ def _key(secret_values: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
 
 
 class _Matcher:
-    """Finds secret values in text with ``str.find`` (C speed, nothing to compile: a
-    regex alternation of many long values took minutes to build). ``matches(text)`` gives
-    the non-overlapping occurrences, leftmost first and, at one position, the longest
-    value: what a ``longest|shorter`` alternation would match."""
+    """Finds secret values and their forms (:func:`secret_forms`) in text.
+    ``matches(text)`` gives the non-overlapping occurrences, leftmost first and, at one
+    position, the longest: what a ``longest|shorter`` alternation would match.
+
+    Every value and form of up to :data:`AUTOMATON_MAX_CHARS` characters is found in one
+    pass by an Aho-Corasick automaton with exactly that rule (``ahocorasick_rs``,
+    leftmost-longest); one ``str.find`` per value and form took four times as long as
+    before the forms. Longer ones (rare: a key file) are looked for with ``str.find``,
+    and a text holding one is matched by ``str.find`` for all (exact, as before): an
+    automaton over many long values costs hundreds of megabytes (a regex alternation of
+    them took minutes to compile). A form is named after its value; a value itself wins
+    over another's form that happens to be equal."""
 
     def __init__(self, items: tuple[tuple[str, str], ...]) -> None:
         self.names: dict[str, str] = {}
         for name, value in items:
             self.names.setdefault(value, name)
+        for value, name in list(self.names.items()):
+            for form in secret_forms(value):
+                self.names.setdefault(form, name)
         self.values = sorted(self.names, key=len, reverse=True)
+        self._short = [v for v in self.values if len(v) <= AUTOMATON_MAX_CHARS]
+        self._long = [v for v in self.values if len(v) > AUTOMATON_MAX_CHARS]
+        self._automaton = (
+            AhoCorasick(self._short, matchkind=MatchKind.LeftmostLongest) if self._short else None
+        )
 
     def matches(self, text: str) -> list[tuple[int, int, str]]:
         """``[(start, end, name)]`` of the values in ``text``, in order, not overlapping."""
+        if self._long and any(value in text for value in self._long):
+            return self._matches_found(text)
+        if self._automaton is None:
+            return []
+        short, names = self._short, self.names
+        return [
+            (start, end, names[short[index]])
+            for index, start, end in self._automaton.find_matches_as_indexes(text)
+        ]
+
+    def _matches_found(self, text: str) -> list[tuple[int, int, str]]:
+        """:meth:`matches` by one ``str.find`` per value and form."""
         found = []
         for value in self.values:
             start = text.find(value)
             while start != -1:
                 found.append((start, start + len(value), value))
                 start = text.find(value, start + 1)
-        if not found:
-            return []
         found.sort(key=lambda item: (item[0], item[0] - item[1]))  # leftmost, then longest
         chosen, reach = [], 0
         for start, end, value in found:
@@ -138,9 +236,12 @@ class StreamMasker:
     """
 
     def __init__(self, secret_values: Mapping[str, str]) -> None:
-        self._secret_values = dict(secret_values)
-        self._matcher = _matcher(_key(self._secret_values))
-        self._values = sorted({v for _, v in _key(self._secret_values)}, key=len)
+        self._matcher = _matcher(_key(secret_values))
+        # The values and their forms by first character, for _held_length.
+        self._by_first: dict[str, list[str]] = {}
+        for value in self._matcher.values:
+            self._by_first.setdefault(value[0], []).append(value)
+        self._longest = len(self._matcher.values[0]) if self._matcher.values else 0
         self._pending = ""
 
     def feed(self, text: str) -> str:
@@ -153,22 +254,25 @@ class StreamMasker:
             if start < cut < end:
                 cut = end  # never split a whole value: it is masked whole
         self._pending = buffer[cut:]
-        return mask_text(buffer[:cut], self._secret_values)
+        return self._matcher.mask(buffer[:cut])
 
     def flush(self) -> str:
         """Whatever is still held back, masked; the stream is then empty."""
         rest, self._pending = self._pending, ""
-        return mask_text(rest, self._secret_values)
+        return self._matcher.mask(rest)
 
     def _held_length(self, buffer: str) -> int:
-        """Length of the longest suffix of ``buffer`` that is a proper prefix of a value."""
-        longest = 0
-        for value in self._values:
-            for length in range(min(len(value) - 1, len(buffer)), longest, -1):
-                if buffer.endswith(value[:length]):
-                    longest = length
-                    break
-        return longest
+        """Length of the longest suffix of ``buffer`` that is a proper prefix of a value or
+        of one of its forms: tried from the longest suffix that could be one, only where
+        its first character starts one."""
+        for start in range(max(0, len(buffer) - self._longest + 1), len(buffer)):
+            candidates = self._by_first.get(buffer[start])
+            if candidates:
+                rest = len(buffer) - start
+                for value in candidates:
+                    if len(value) > rest and value.startswith(buffer[start:]):
+                        return rest
+        return 0
 
 
 # --- Log lines --------------------------------------------------------------------------

@@ -377,6 +377,19 @@ def use_up_throttle(scope: str, ident: str, rate: str) -> None:
         pass
 
 
+@pytest.fixture(autouse=True)
+def _bearer_failures_forgotten() -> None:
+    """Every test starts with no failed bearer authentication counted for the test
+    clients' addresses (127.0.0.1; none at all for a ``WebsocketCommunicator``'s scope):
+    many tests check that a revoked or expired token gets 401, and past
+    ``PAW_THROTTLE_BAD_TOKENS`` within a minute the next ones would get 429 instead."""
+    from accounts.services import BEARER_FAILURE_SCOPE
+    from paw_project.throttles import rate_reset
+
+    for address in ("127.0.0.1", ""):
+        rate_reset(BEARER_FAILURE_SCOPE, address)
+
+
 @pytest.fixture
 def reset_throttles():
     """Forget the per-IP auth throttle counter of the test client's 127.0.0.1, before and

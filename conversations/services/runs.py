@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
@@ -30,7 +30,13 @@ from conversations.services.events import message_publish_on_commit, run_status_
 from paw_project import metrics
 from paw_project.errors import Conflict, InvalidRequest, NotFound
 from sandboxes.enqueue import run_cancel_enqueue, run_execute_enqueue
-from secrets_vault.services import datasources_available, datasources_validate, provider_resolve
+from secrets_vault.masking import mask_text
+from secrets_vault.services import (
+    datasources_available,
+    datasources_validate,
+    prompt_secret_values,
+    provider_resolve,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -58,12 +64,15 @@ def error_entry(code: str, message: str) -> dict[str, str]:
 @dataclass(frozen=True)
 class RunPlan:
     """The validated choices a run is created with: provider name, model name, the
-    slugs of the datasources it may query, and whether the model accepts images."""
+    slugs of the datasources it may query, whether the model accepts images, and the
+    secret values its prompt is masked with (``NAME → value``,
+    ``secrets_vault.services.prompt_secret_values``)."""
 
     provider: str
     model: str
     datasources: list[str]
     vision: bool = False
+    secret_values: dict[str, str] = field(default_factory=dict, repr=False)
 
 
 def run_plan(
@@ -81,7 +90,11 @@ def run_plan(
     )
     slugs = datasources_validate(slugs=datasources)
     return RunPlan(
-        provider=choice.name, model=choice.model, datasources=slugs, vision=choice.vision
+        provider=choice.name,
+        model=choice.model,
+        datasources=slugs,
+        vision=choice.vision,
+        secret_values=prompt_secret_values(user=user, provider=choice),
     )
 
 
@@ -114,6 +127,10 @@ def run_start(
     ``PAW_MAX_IMAGE_BYTES``, for a model that accepts images).
 
     An untitled conversation takes its title from the prompt (:func:`title_from_prompt`).
+    The prompt is stored masked, as the run's events are: each of the user's secrets and
+    the provider's key typed into it, in any form masking covers, is ``[secret:NAME]``
+    (:class:`RunPlan`), in the run, the history, the title and what the agent is sent
+    (its value is in the sandbox's environment as ``NAME``).
 
     Raises :class:`NotFound` (not the user's conversation), :class:`InvalidRequest`
     (empty prompt, unknown provider/model/datasource, no active provider; attachments:
@@ -147,6 +164,8 @@ def run_start(
     attachments_vision_check(
         attachments=images, vision=plan.vision, provider=plan.provider, model=plan.model
     )
+    # Masked at write, like the events: nothing stored holds the value.
+    prompt = mask_text(prompt, plan.secret_values)
     # After the plan: a run of the offline demo is never refused for a budget.
     budget_check_start(user_id=user.pk, provider=plan.provider)
     try:

@@ -50,7 +50,11 @@ from secrets_vault.services.providers import (
     provider_default_set,
     provider_resolve,
 )
-from secrets_vault.services.sandbox import SandboxEnvironment, sandbox_environment
+from secrets_vault.services.sandbox import (
+    SandboxEnvironment,
+    prompt_secret_values,
+    sandbox_environment,
+)
 from secrets_vault.services.secrets import (
     ReencryptResult,
     Resolved,
@@ -101,6 +105,7 @@ __all__ = [
     "knowledge_index_write",
     "model_validate",
     "placeholders_resolve",
+    "prompt_secret_values",
     "provider_choice_check",
     "provider_default_set",
     "provider_resolve",

@@ -72,7 +72,7 @@ def sandbox_environment(
     secret_values: dict[str, str] = {}
     used: list[int] = []
 
-    own = list(Secret.objects.filter(scope=Secret.Scope.USER, owner=user).order_by("name"))
+    own = _own_secrets(user)
     broken = [secret.name for secret in own if secret.value is UNDECRYPTABLE]
     if broken:
         raise InvalidRequest(
@@ -123,11 +123,40 @@ def sandbox_environment(
         env["OPENAI_BASE_URL"] = provider.base_url
         env["OPENAI_API_KEY"] = provider.api_key or NO_KEY
         env["OPENAI_MODEL"] = provider.model
-        if provider.api_key:
-            # The key was resolved user-first, so a user secret of the same name holds
-            # this very value: the entry never hides another value.
-            secret_values[provider.key_name or "OPENAI_API_KEY"] = provider.api_key
+        _provider_key_add(secret_values, provider)
 
     secrets_mark_used(secret_ids=sorted(set(used)))
     secret_values_register(secret_values)
     return SandboxEnvironment(env=env, secret_values=secret_values)
+
+
+def prompt_secret_values(*, user: User, provider: ProviderChoice) -> dict[str, str]:
+    """``NAME → value``: what a prompt of ``user``'s run on ``provider`` is masked with
+    before it is stored (``conversations.services.runs.run_start``), so that a secret a
+    person types is ``[secret:NAME]`` in the run, its history and title as in its events.
+    These are the values :func:`sandbox_environment` hands the run's sandbox, and its
+    events are masked with, that are known without resolving a datasource: the user's
+    own secrets (those that can be decrypted; one that cannot fails the run at dispatch,
+    as before) and the provider's key under its secret's name. Datasource passwords are
+    not looked for: a person does not type them, and looking would tell whether a string
+    is one. Registered for log masking; nothing is marked as used."""
+    values = {
+        secret.name: secret.value
+        for secret in _own_secrets(user)
+        if secret.value is not UNDECRYPTABLE
+    }
+    _provider_key_add(values, provider)
+    secret_values_register(values)
+    return values
+
+
+def _own_secrets(user: User) -> list[Secret]:
+    """``user``'s own secrets, by name (their values decrypted, or ``UNDECRYPTABLE``)."""
+    return list(Secret.objects.filter(scope=Secret.Scope.USER, owner=user).order_by("name"))
+
+
+def _provider_key_add(secret_values: dict[str, str], provider: ProviderChoice) -> None:
+    if provider.api_key:
+        # The key was resolved user-first, so a user secret of the same name holds this
+        # very value: the entry never hides another value.
+        secret_values[provider.key_name or "OPENAI_API_KEY"] = provider.api_key

@@ -61,6 +61,8 @@ def test_schema_documents_the_error_shape_and_bearer_auth():
     upload = document["paths"]["/api/conversations/{conversation_id}/files"]["post"]
     assert "multipart/form-data" in upload["requestBody"]["content"]
     assert "413" in upload["responses"] and "429" in upload["responses"]
+    # Any bearer token can be refused for its address's failed ones (PAW_THROTTLE_BAD_TOKENS).
+    assert "429" in document["paths"]["/api/auth/me"]["get"]["responses"]
 
 
 @schema.parametrize()

@@ -1,4 +1,5 @@
-"""The web server (``paw_project.web``, uvicorn): what one request may cost in memory.
+"""The web server (``paw_project.web``, uvicorn): what one request may cost in memory, and
+bodies sent without ``Content-Length`` (chunked) taken like any other.
 
 A real web process on the test database. Bodies are streamed from generators (nothing is
 on disk on the client side). The server's memory is read from ``/proc``: its peak
@@ -10,10 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import http.client
 import json
 import os
 import re
+import shutil
 import socket
+import subprocess
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -24,8 +28,9 @@ import pytest
 
 from accounts.models import User
 from accounts.services import auth_token_pair_for
+from conversations.models import Conversation
 from conversations.selectors.workspaces import workspace_path
-from tests.conversations.multipart import MULTIPART, multipart_envelope
+from tests.conversations.multipart import MULTIPART, multipart, multipart_envelope, sha256
 from tests.factories import conversation_of
 from tests.processes import free_port, wait_http, web_process, worker_database_url
 
@@ -221,6 +226,142 @@ def test_a_request_head_over_64_kib_gets_431_and_costs_no_memory(server):
     assert answer.startswith(b"HTTP/1.1 431 "), answer[:200]
     assert sent < 64 * MiB  # refused long before the client stopped (kernel buffers aside)
     assert rss.growth() < 50 * MB, rss.growth()
+
+
+def send_chunked(
+    base: str, path: str, headers: dict[str, str], pieces: Iterator[bytes]
+) -> tuple[int, dict]:
+    """POST ``pieces`` to ``path`` over a plain socket as curl does with ``-H
+    'Transfer-Encoding: chunked'``: no ``Content-Length``, each piece one chunk (``<size in
+    hex>CRLF<bytes>CRLF``), then the last chunk ``0CRLFCRLF``. A server that answers
+    early (and closes) stops the sending; returns ``(status, JSON body)``."""
+    port = int(base.rsplit(":", 1)[1])
+    head = f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n" + "".join(
+        f"{name}: {value}\r\n" for name, value in headers.items()
+    )
+    head += "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", port), timeout=120) as sock:
+        sock.sendall(head.encode())
+        try:
+            for piece in pieces:
+                if piece:
+                    sock.sendall(b"%x\r\n%s\r\n" % (len(piece), piece))
+            sock.sendall(b"0\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # answered and closed early: read the answer
+        response = http.client.HTTPResponse(sock)
+        response.begin()
+        return response.status, json.loads(response.read())
+
+
+def pieces_of(data: bytes, sizes: tuple[int, ...] = (1, 7, 100, 4096)) -> Iterator[bytes]:
+    """``data`` cut in chunks of the given sizes in turn (one byte, a few, a page …), so
+    chunk boundaries fall inside the multipart boundary and headers too."""
+    at, turn = 0, 0
+    while at < len(data):
+        size = sizes[turn % len(sizes)]
+        yield data[at : at + size]
+        at, turn = at + size, turn + 1
+
+
+def test_a_small_chunked_upload_is_stored_byte_for_byte_like_any_other(server, signed_in):
+    """``curl -H 'Transfer-Encoding: chunked' -F file=@small.txt``: a 6 kB file, no
+    ``Content-Length``, was answered 400 "No file was sent." (Django's multipart parser
+    takes a missing length for an empty body)."""
+    base, _ = server
+    client, conversation_id = signed_in
+    content = os.urandom(6000)
+    status, body = send_chunked(
+        base,
+        f"/api/conversations/{conversation_id}/files",
+        {"Authorization": client.headers["Authorization"], "Content-Type": MULTIPART},
+        pieces_of(multipart("small.txt", content)),
+    )
+    assert status == 201, body
+    assert (body["name"], body["size"], body["sha256"]) == ("small.txt", 6000, sha256(content))
+    assert (workspace_path(conversation_id) / "small.txt").read_bytes() == content
+
+    # A streaming client (httpx with a generator body sends it chunked too).
+    response = post(
+        client,
+        f"/api/conversations/{conversation_id}/files",
+        pieces_of(multipart("streamed.bin", content), (65536,)),
+        **{"Content-Type": MULTIPART},
+    )
+    assert response.status_code == 201, response.text
+    assert (workspace_path(conversation_id) / "streamed.bin").read_bytes() == content
+
+
+def test_curl_s_chunked_upload_of_the_issue_is_stored(server, signed_in, tmp_path):
+    """Issue 25's own reproduction, with curl (``-F`` and the chunked header)."""
+    curl = shutil.which("curl")
+    if curl is None:
+        pytest.skip("curl is not installed")
+    base, _ = server
+    client, conversation_id = signed_in
+    small = tmp_path / "small.txt"
+    small.write_bytes(b"6 kB of text\n" * 470)
+    answer = subprocess.run(
+        [
+            curl, "-sS", "--fail-with-body", "-H", "Transfer-Encoding: chunked",
+            "-H", f"Authorization: {client.headers['Authorization']}",
+            "-F", f"file=@{small}", f"{base}/api/conversations/{conversation_id}/files",
+        ],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert answer.returncode == 0, (answer.stdout, answer.stderr)
+    assert json.loads(answer.stdout)["size"] == small.stat().st_size
+    assert (workspace_path(conversation_id) / "small.txt").read_bytes() == small.read_bytes()
+
+
+def test_a_chunked_upload_at_the_limit_is_stored_and_one_byte_more_is_413_in_flat_memory(
+    server, signed_in
+):
+    """Past the limit by one byte the body is still within the ASGI guard's allowance for
+    the envelope: the upload handler refuses it while counting the file."""
+    base, rss = server
+    client, conversation_id = signed_in
+    files = f"/api/conversations/{conversation_id}/files"
+    headers = {"Authorization": client.headers["Authorization"], "Content-Type": MULTIPART}
+    head, tail = multipart_envelope("limit.bin")
+
+    rss.reset()
+    status, body = send_chunked(base, files, headers, stream(UPLOAD_LIMIT, head, tail))
+    assert status == 201, body
+    assert (body["size"], body["sha256"]) == (UPLOAD_LIMIT, content_sha256(UPLOAD_LIMIT))
+    assert rss.growth() < 50 * MB, rss.growth()
+
+    rss.reset()
+    status, body = send_chunked(base, files, headers, stream(UPLOAD_LIMIT + 1, head, tail))
+    assert status == 413, body
+    assert (body["code"], body["limit"]) == ("payload_too_large", UPLOAD_LIMIT)
+    assert rss.growth() < 50 * MB, rss.growth()
+
+    rss.reset()  # far over: cut off by the ASGI guard once past the limit
+    status, body = send_chunked(base, files, headers, stream(2 * UPLOAD_LIMIT, head, tail))
+    assert status == 413, body
+    assert body["code"] == "payload_too_large"
+    assert rss.growth() < 50 * MB, rss.growth()
+    assert sorted(p.name for p in workspace_path(conversation_id).iterdir()) == [
+        "big.bin",  # the warm-up
+        "limit.bin",
+    ]
+
+
+def test_a_chunked_json_body_reaches_the_view(server, signed_in):
+    """DRF also took a missing ``Content-Length`` for an empty body: the conversation was
+    created without its title."""
+    base, _ = server
+    client, _ = signed_in
+    status, body = send_chunked(
+        base,
+        "/api/conversations",
+        {"Authorization": client.headers["Authorization"], "Content-Type": "application/json"},
+        pieces_of(json.dumps({"title": "Sent in chunks"}).encode(), (3,)),
+    )
+    assert status == 201, body
+    assert body["title"] == "Sent in chunks"
+    assert Conversation.objects.get(id=body["id"]).title == "Sent in chunks"
 
 
 def _answer_to(port: int, request: bytes) -> bytes:

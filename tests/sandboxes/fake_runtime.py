@@ -35,6 +35,9 @@ workspace) at start and again for every submit, so one worker serves every mode.
   host must mask before it cuts or stores them: as a notify ``kind``, as a line's
   ``type``, in a foreign ``run_id`` straddling character 64, in a malformed line
   straddling character 4096; then a result.
+- ``leak-forms NAME``: on submit writes start, then the value of ``NAME`` in each form a
+  host must mask (:func:`value_forms`), one a line: streamed in deltas of 3 characters,
+  as a ``tool`` notify's output, and as the answer of its result.
 - ``refuse NAME``: answers a submit with an ``error`` whose message holds the value of
   ``NAME`` (no start).
 - ``deaf N [MISSED]``: on submit streams N deltas 0.1 s apart, then finishes ``done``;
@@ -55,6 +58,7 @@ those play a gated runtime that keeps, or breaks, its promise; in every other mo
 
 from __future__ import annotations
 
+import base64
 import itertools
 import json
 import os
@@ -63,6 +67,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 
 OPS: queue.Queue = queue.Queue()
 CANCELLED = threading.Event()
@@ -204,6 +209,37 @@ def leak_shapes(run_id: str, value: str) -> None:
     result(run_id, 5, "shapes written")
 
 
+def value_forms(value: str) -> list[str]:
+    """``value`` reversed, in Base64 (standard and URL-safe, with and without padding), in
+    hex (lower and upper case), percent-encoded (``quote``, ``quote_plus``), and inside a
+    longer Base64 text (``user:<value>``, as in a Basic ``Authorization`` header)."""
+    raw = value.encode()
+    standard, urlsafe = base64.b64encode(raw).decode(), base64.urlsafe_b64encode(raw).decode()
+    return [
+        value[::-1],
+        standard,
+        standard.rstrip("="),
+        urlsafe,
+        urlsafe.rstrip("="),
+        raw.hex(),
+        raw.hex().upper(),
+        urllib.parse.quote(value, safe=""),
+        urllib.parse.quote_plus(value),
+        base64.b64encode(b"user:" + raw).decode(),
+    ]
+
+
+def leak_forms(run_id: str, value: str) -> None:
+    text = "\n".join(value_forms(value)) + "\n"
+    seq = 2
+    for at in range(0, len(text), 3):
+        out({"seq": seq, "type": "delta", "text": text[at : at + 3], "run_id": run_id})
+        seq += 1
+    output = {"name": "run_python", "ok": True, "summary": "printed", "stdout": text}
+    out({"seq": seq, "type": "notify", "kind": "tool", "data": output, "run_id": run_id})
+    result(run_id, seq + 1, text)
+
+
 def deaf(run_id: str, count: int, missed: str) -> None:
     """Stream ``count`` deltas 0.1 s apart, then finish ``done``; the first ``missed``
     cancels (``all``: every one) go unheard, the next one ends the run cancelled."""
@@ -310,6 +346,8 @@ def main() -> None:
             os._exit(3)
         elif words[0] == "leak-shapes":
             leak_shapes(run_id, os.environ.get(words[1], ""))
+        elif words[0] == "leak-forms":
+            leak_forms(run_id, os.environ.get(words[1], ""))
         elif words[0] == "stubborn":
             stubborn(run_id)
         elif words[0] == "deaf":

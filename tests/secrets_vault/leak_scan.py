@@ -21,8 +21,11 @@ the admin, ``update()`` or read back), each value registered for masking
 (``secrets_vault.masking.secret_values_known``), the values tests :func:`remember` (their
 generated secrets, the scripted model's API key), and Django's ``SECRET_KEY`` (with its
 fallbacks) and ``PAW_LLM_API_KEY``. :meth:`SecretScan.check` fails when anything kept
-contains one of them, as is, JSON-escaped, HTML-escaped or URL-encoded. Values shorter
-than ``MIN_MASKED_LENGTH`` are not looked for: masking leaves them too.
+contains one of them, as is, JSON-escaped, HTML-escaped or URL-encoded, or in one of the
+forms masking covers (issue 25): reversed, Base64 (standard and URL-safe, with and without
+padding) or hexadecimal (lower and upper case), computed here on their own. Values shorter
+than ``MIN_MASKED_LENGTH`` are not looked for (masking leaves them too), nor forms shorter
+than ``MIN_FORM_LENGTH`` or of values longer than ``MAX_FORM_SOURCE_LENGTH``.
 
 Two helpers reach further, for the tests that produce runtime output
 (``tests/sandboxes/test_no_secret_on_any_page.py``): :func:`record_stored_runtime_output`
@@ -36,6 +39,7 @@ worker's own output, which the tests that need it read from its log).
 
 from __future__ import annotations
 
+import base64
 import functools
 import html
 import json
@@ -48,7 +52,12 @@ from urllib.parse import quote
 
 import pytest
 
-from secrets_vault.masking import MIN_MASKED_LENGTH, secret_values_known
+from secrets_vault.masking import (
+    MAX_FORM_SOURCE_LENGTH,
+    MIN_FORM_LENGTH,
+    MIN_MASKED_LENGTH,
+    secret_values_known,
+)
 
 _known_lock = threading.Lock()
 _known: set[str] = set()
@@ -78,14 +87,23 @@ def known_secret_values() -> set[str]:
 
 def _forms(value: str) -> set[str]:
     """The ways ``value`` can be written in a body: as is, in a JSON string (ASCII-escaped
-    or not), HTML-escaped (templates) and URL-encoded (links, redirects)."""
-    return {
+    or not), HTML-escaped (templates) and URL-encoded (links, redirects); and reversed,
+    Base64- or hex-encoded, the forms a runtime prints it in that masking covers."""
+    forms = {
         value,
         json.dumps(value)[1:-1],
         json.dumps(value, ensure_ascii=False)[1:-1],
         html.escape(value),
         quote(value, safe=""),
     }
+    if len(value) <= MAX_FORM_SOURCE_LENGTH:
+        raw = value.encode("utf-8")
+        encoded = [value[::-1], raw.hex(), raw.hex().upper()]
+        for encode in (base64.b64encode, base64.urlsafe_b64encode):
+            whole = encode(raw).decode("ascii")
+            encoded += [whole, whole.rstrip("=")]
+        forms.update(form for form in encoded if len(form) >= MIN_FORM_LENGTH)
+    return forms
 
 
 @functools.lru_cache(maxsize=8)

@@ -4,6 +4,7 @@ through the vault, registered for masking or used as sentinels, and fails a leak
 
 from __future__ import annotations
 
+import base64
 import json
 import secrets as pysecrets
 
@@ -110,6 +111,24 @@ def test_json_escaped_and_url_encoded_forms_are_caught(secret_scan, leaky):
         "/echo/", {"text": "next=/x?key=" + registered.replace("/", "%2F").replace('"', "%22")}
     )
     assert [v for _, v in leaked(secret_scan)] == [registered, registered]
+
+
+@pytest.mark.parametrize(
+    "encode",
+    [
+        lambda v: v[::-1],
+        lambda v: base64.b64encode(v.encode()).decode(),
+        lambda v: base64.urlsafe_b64encode(v.encode()).decode().rstrip("="),
+        lambda v: v.encode().hex(),
+        lambda v: v.encode().hex().upper(),
+    ],
+    ids=["reversed", "base64", "base64-urlsafe-unpadded", "hex", "HEX"],
+)
+def test_the_encoded_forms_masking_covers_are_caught(secret_scan, leaky, encode):
+    registered = f"form?>>-{pysecrets.token_hex(8)}"
+    secret_values_register({"FORM_VALUE": registered})
+    Client().get("/echo/", {"text": f"printed {encode(registered)} here"})
+    assert [v for _, v in leaked(secret_scan)] == [registered]
 
 
 @pytest.mark.django_db

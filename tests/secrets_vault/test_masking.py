@@ -3,20 +3,27 @@ appears in what PAW stores, sends or logs."""
 
 from __future__ import annotations
 
+import base64
 import io
+import json
 import logging
 import logging.config
 import secrets
+import sys
+import urllib.parse
 
+import pytest
 from django.conf import settings
 
 from secrets_vault.masking import (
+    MIN_FORM_LENGTH,
     MIN_MASKED_LENGTH,
     SecretMaskingFilter,
     StreamMasker,
     looks_like_a_credential,
     mask_secrets,
     mask_text,
+    secret_forms,
     secret_values_register,
 )
 
@@ -186,3 +193,132 @@ def test_a_stream_without_secrets_is_passed_through_at_once():
     assert masker.feed("xyz") == "xyz"
     assert masker.feed("abc") == ""
     assert masker.feed("q") == "abcq"
+
+
+# --- encoded and reversed forms (issue 25) ---------------------------------------------------
+
+#: A value whose Base64 has both "+" and "/" (so the URL-safe form differs) and whose
+#: percent-encodings differ between Python's quote, quote_plus and encodeURIComponent
+#: (no capital letter: lower-casing its percent-encoding changes only the escapes).
+FORMS_VALUE = "sk~live (4f8a)/9b2c??>>>+x"
+FORM_CASES = {
+    "reversed": FORMS_VALUE[::-1],
+    "base64": base64.b64encode(FORMS_VALUE.encode()).decode(),
+    "base64, no padding": base64.b64encode(FORMS_VALUE.encode()).decode().rstrip("="),
+    "base64 URL-safe": base64.urlsafe_b64encode(FORMS_VALUE.encode()).decode(),
+    "base64 URL-safe, no padding": base64.urlsafe_b64encode(FORMS_VALUE.encode())
+    .decode()
+    .rstrip("="),
+    "hex": FORMS_VALUE.encode().hex(),
+    "HEX": FORMS_VALUE.encode().hex().upper(),
+    "percent-encoded": urllib.parse.quote(FORMS_VALUE, safe=""),
+    "percent-encoded, lower-case escapes": urllib.parse.quote(FORMS_VALUE, safe="").lower(),
+    "percent-encoded path": urllib.parse.quote(FORMS_VALUE),
+    "form-encoded": urllib.parse.quote_plus(FORMS_VALUE),
+    "encodeURIComponent": urllib.parse.quote(FORMS_VALUE, safe="!~*'()"),
+}
+
+
+@pytest.mark.parametrize("form", FORM_CASES.values(), ids=FORM_CASES.keys())
+def test_each_encoded_or_reversed_form_of_a_value_is_masked(form):
+    assert "+" in FORM_CASES["base64"] and "/" in FORM_CASES["base64"]
+    assert len({FORMS_VALUE, *FORM_CASES.values()}) == len(FORM_CASES) + 1  # all different
+    values = {"API_KEY": FORMS_VALUE}
+    assert mask_text(f"printed: {form}!", values) == "printed: [secret:API_KEY]!"
+    line = {"type": "notify", "data": {"stdout": f"{form}\n", form: [form]}}
+    assert form not in json.dumps(mask_secrets(line, values))
+
+
+@pytest.mark.parametrize("form", FORM_CASES.values(), ids=FORM_CASES.keys())
+def test_each_form_split_across_streamed_deltas_is_still_masked(form):
+    values = {"API_KEY": FORMS_VALUE}
+    text = f"it is {form} there"
+    masker = StreamMasker(values)
+    sent = [masker.feed(text[at : at + 3]) for at in range(0, len(text), 3)]
+    sent.append(masker.flush())
+    assert "".join(sent) == "it is [secret:API_KEY] there"
+    for at in range(len(sent)):
+        assert form not in "".join(sent[:at])
+
+
+@pytest.mark.parametrize("prefix", [b"", b"a", b"u:", b"ab:", b"user:"], ids="01235")
+@pytest.mark.parametrize("suffix", [b"", b"@", b"}\n"], ids=["end", "1", "2"])
+def test_a_value_inside_a_longer_base64_text_is_masked_but_for_its_edges(prefix, suffix):
+    """A Basic ``Authorization`` header, a JSON document: the value's Base64 depends on its
+    offset modulo 3; what comes from the value alone is masked in each case, and at most
+    the character at either end that it shares with its neighbours stays."""
+    value = "hunter2-Tr0ub4dor&3-7fa1"
+    for encode in (base64.b64encode, base64.urlsafe_b64encode):
+        text = encode(prefix + value.encode() + suffix).decode()
+        masked = mask_text(f"Authorization: Basic {text}", {"PW": value})
+        assert masked.count("[secret:PW]") == 1, masked
+        left, right = masked.removeprefix("Authorization: Basic ").split("[secret:PW]")
+        assert text.startswith(left) and text.endswith(right)
+        # Characters holding bits of the value that are not masked: at most one each side.
+        first_of_value = len(prefix) * 8 // 6
+        last_of_value = (len(prefix) + len(value)) * 8 // 6 - (
+            (len(prefix) + len(value)) * 8 % 6 == 0
+        )
+        assert len(left) - first_of_value <= 1
+        assert len(text) - len(right) >= last_of_value
+
+
+def test_forms_shorter_than_eight_characters_are_left_alone():
+    assert MIN_FORM_LENGTH == 8
+    values = {"WORD": "stop"}  # its reverse is a word; its hex, 73746f70, is 8 characters
+    assert mask_text("pots and pans, 73746f70", values) == "pots and pans, [secret:WORD]"
+
+
+def test_a_value_wins_over_another_value_s_equal_form():
+    values = {"FIRST": "0123456789abcdef", "SECOND": "fedcba9876543210"}  # each other's reverse
+    assert mask_text("0123456789abcdef fedcba9876543210", values) == (
+        "[secret:FIRST] [secret:SECOND]"
+    )
+
+
+def test_the_log_filter_masks_the_forms_of_registered_values():
+    value = "log-form-secret-Q7x/+91a7"
+    secret_values_register({"LOG_FORM_SECRET": value})
+    encoded = base64.b64encode(value.encode()).decode()
+    try:
+        raise ValueError(f"bad hex {value.encode().hex()}")
+    except ValueError:
+        exc_info = sys.exc_info()
+    record = _record("token %s and %s rejected", encoded, value[::-1], exc_info=exc_info)
+    SecretMaskingFilter().filter(record)
+    formatted = logging.Formatter().format(record)
+    for form in (encoded, value[::-1], value.encode().hex()):
+        assert form not in formatted
+    assert "token [secret:LOG_FORM_SECRET] and [secret:LOG_FORM_SECRET] rejected" in formatted
+    assert "bad hex [secret:LOG_FORM_SECRET]" in formatted
+
+
+def test_the_configured_log_handlers_mask_the_forms_too():
+    stream = io.StringIO()
+    config = {
+        **settings.LOGGING,
+        "handlers": {"console": {**settings.LOGGING["handlers"]["console"], "stream": stream}},
+    }
+    value = "wired-form-secret-5c3e0f"
+    secret_values_register({"LOG_WIRED_FORM": value})
+    logging.config.dictConfig(config)
+    try:
+        logger = logging.getLogger("secrets_vault.test")
+        logger.warning("leaking %s?", urllib.parse.quote(value + "/&", safe=""))
+        logger.warning("and %s", base64.urlsafe_b64encode(b"u:" + value.encode()).decode())
+    finally:
+        logging.config.dictConfig(settings.LOGGING)
+    output = stream.getvalue()
+    assert "leaking [secret:LOG_WIRED_FORM]%2F%26?" in output
+    assert output.count("[secret:LOG_WIRED_FORM]") == 2, output
+
+
+def test_long_values_are_masked_as_they_are_and_many_forms_stay_fast():
+    """Forms are made for values of up to 4096 characters; the automaton finds the values
+    and forms of 50 secrets in one pass."""
+    long_value = "L" + secrets.token_hex(2100)
+    assert secret_forms(long_value) == []
+    values = {f"K{n}": secrets.token_urlsafe(48) for n in range(50)}
+    values["LONG"] = long_value
+    text = "x " + base64.b64encode(values["K7"].encode()).decode() + " " + long_value + " y"
+    assert mask_text(text, values) == "x [secret:K7] [secret:LONG] y"
