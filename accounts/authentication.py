@@ -2,9 +2,10 @@
 against the user's ``token_version``.
 
 Failed bearer authentications are limited per client address (``PAW_THROTTLE_BAD_TOKENS``,
-``accounts.services.bearer_lockout_wait``): past the limit a bearer token from that
-address is answered ``429 {"detail", "code": "throttled"}`` with ``Retry-After`` without
-being checked, a valid one too, until the oldest counted failure leaves the window.
+``accounts.services.bearer_failure_record``): past the limit a token from that address
+that fails is answered ``429 {"detail", "code": "throttled"}`` with ``Retry-After``
+instead of 401, until the oldest counted failure leaves the window. A valid token is
+always accepted: the people sharing a guesser's address are not locked out.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from accounts.models import PersonalToken, User
 from accounts.services import (
     PERSONAL_TOKEN_PREFIX,
     bearer_failure_record,
-    bearer_lockout_wait,
     personal_token_authenticate,
 )
 from accounts.tokens import TOKEN_VERSION_CLAIM
@@ -42,12 +42,6 @@ def _address(request: Request) -> str:
     count: ``REMOTE_ADDR``, or ``X-Forwarded-For`` as far as ``PAW_NUM_PROXIES`` trusts
     it)."""
     return BaseThrottle().get_ident(request)
-
-
-def _refuse_if_locked_out(address: str) -> None:
-    wait = bearer_lockout_wait(address=address)
-    if wait is not None:
-        raise BearerThrottled(wait)
 
 
 class PersonalTokenAuthentication(BaseAuthentication):
@@ -76,7 +70,6 @@ class PersonalTokenAuthentication(BaseAuthentication):
         if not raw.startswith(PERSONAL_TOKEN_PREFIX):
             return None
         address = _address(request)
-        _refuse_if_locked_out(address)
         found = personal_token_authenticate(raw=raw)
         if found is None:
             wait = bearer_failure_record(address=address, kind="personal")
@@ -102,9 +95,9 @@ class PawJWTAuthentication(JWTAuthentication):
     bearer_failures_counted = True  # as PersonalTokenAuthentication's
 
     def authenticate(self, request: Request) -> tuple[User, Token] | None:
-        """simplejwt's ``authenticate`` (no ``Bearer`` header: ``None``), with the address's
-        bearer failures checked first and this one counted: raises ``BearerThrottled``
-        (429) past the limit, else what simplejwt raises (401)."""
+        """simplejwt's ``authenticate`` (no ``Bearer`` header: ``None``), a failure counted
+        against the address: raises ``BearerThrottled`` (429) past the limit, else what
+        simplejwt raises (401)."""
         header = self.get_header(request)
         if header is None:
             return None
@@ -113,7 +106,6 @@ class PawJWTAuthentication(JWTAuthentication):
             raw = self.get_raw_token(header)
             if raw is None:
                 return None
-            _refuse_if_locked_out(address)
             validated = self.get_validated_token(raw)
             return self.get_user(validated), validated
         except AuthenticationFailed:  # InvalidToken too
@@ -148,3 +140,46 @@ class PawJWTAuthentication(JWTAuthentication):
                 "The token was revoked (logout or password change).", code="token_revoked"
             )
         return user
+
+
+def scope_credentials_valid(scope: dict) -> bool:
+    """Whether the ASGI HTTP request of ``scope`` carries credentials that authenticate:
+    a session cookie of a signed-in, active user, or a valid bearer token (a personal API
+    token, or a JWT access token with its current ``token_version``). Used by the body
+    limit before a request may send more than an anonymous one (``paw_project.
+    asgi_limits``): an ``Authorization`` header of any kind, or any session cookie, is not
+    enough. Blocking (database reads): call it from a thread. Failed tokens are not
+    counted here; the view that reads the request counts them."""
+    from importlib import import_module
+
+    from django.conf import settings
+    from django.contrib.auth import get_user_model
+    from django.contrib.sessions.backends.base import SessionBase
+    from django.http.cookie import parse_cookie
+
+    headers = {name: value for name, value in scope.get("headers", ())}
+    authorization = headers.get(b"authorization", b"").split()
+    if len(authorization) == 2 and authorization[0].lower() == b"bearer":
+        try:
+            raw = authorization[1].decode("ascii")
+        except UnicodeDecodeError:
+            return False
+        if raw.startswith(PERSONAL_TOKEN_PREFIX):
+            return personal_token_authenticate(raw=raw) is not None
+        try:
+            authenticator = PawJWTAuthentication()
+            user = authenticator.get_user(authenticator.get_validated_token(raw.encode()))
+        except (AuthenticationFailed, InvalidToken):
+            return False
+        return user is not None and user.is_active
+    if authorization:
+        return False  # another scheme (Basic...): PAW accepts none
+    cookie = parse_cookie(headers.get(b"cookie", b"").decode("latin-1"))
+    key = cookie.get(settings.SESSION_COOKIE_NAME)
+    if not key:
+        return False
+    session: SessionBase = import_module(settings.SESSION_ENGINE).SessionStore(key)
+    user_id = session.get("_auth_user_id")
+    if user_id is None:
+        return False
+    return get_user_model().objects.filter(pk=user_id, is_active=True).exists()

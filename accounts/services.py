@@ -3,7 +3,9 @@ API tokens."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import ipaddress
 import logging
 import re
 import secrets
@@ -333,37 +335,37 @@ def personal_token_authenticate(*, raw: str) -> tuple[User, PersonalToken] | Non
 BEARER_FAILURE_SCOPE = "bearer"
 
 
-def bearer_lockout_wait(*, address: str) -> int | None:
-    """Before a bearer token (personal API token or JWT, over HTTP or a websocket) from
-    the client ``address`` is checked: ``None`` when it may be, else the seconds (an int,
-    at least 1) until it may, because ``address`` has had ``PAW_THROTTLE_BAD_TOKENS``
-    failed bearer authentications within the rate's window. A refused token is not
-    checked at all, a valid one neither (as django-axes refuses a locked-out login even
-    with the right password): otherwise a guesser would still learn from the answer
-    whether a guess was right. Requests without a bearer token (a browser's session)
-    are never refused here. A refusal is counted in ``paw_throttled_requests{scope=
-    "bearer"}``; one read of the throttle store."""
-    wait = throttles.rate_wait(settings.PAW_THROTTLE_BAD_TOKENS, BEARER_FAILURE_SCOPE, address)
-    if wait is not None:
-        metrics.throttled(scope=BEARER_FAILURE_SCOPE)
-    return wait
-
-
 def bearer_failure_record(*, address: str, kind: str) -> int | None:
     """Count one bearer token of ``kind`` (``personal`` or ``jwt``) from ``address`` that
     was checked and did not authenticate (unknown, malformed, expired, revoked).
 
-    Returns ``None`` when the failure was within ``PAW_THROTTLE_BAD_TOKENS`` (answer it
-    as the failure it is: 401), else the seconds until the address's next token will be
-    checked: this failure is past the limit (it came with others at the same time, all
-    checked before any was counted) and is answered 429 like the ones after it. Counting
-    is one atomic step of the throttle store, so of a burst exactly the limit's number
-    get their 401. Counted in ``paw_bearer_auth_failures{kind}``."""
+    Returns ``None`` when the address's failures are within ``PAW_THROTTLE_BAD_TOKENS``
+    (answer this one as the failure it is: 401), else the seconds until the oldest
+    counted failure leaves the window (answer 429 with ``Retry-After``). Only failures
+    are limited: a valid token is always checked and accepted, so a guesser cannot lock
+    out the people who share its address (a NAT, an office, a proxy), and learns nothing
+    it did not learn from a 401. IPv6 addresses count by their /64 network, which one
+    host usually has whole. Counting is one atomic step of the throttle store, so of a
+    burst exactly the limit's number get their 401. Counted in
+    ``paw_bearer_auth_failures{kind}``, a refusal in ``paw_throttled_requests{scope=
+    "bearer"}``."""
     metrics.bearer_failed(kind=kind)
-    wait = throttles.rate_hit(settings.PAW_THROTTLE_BAD_TOKENS, BEARER_FAILURE_SCOPE, address)
+    wait = throttles.rate_hit(
+        settings.PAW_THROTTLE_BAD_TOKENS, BEARER_FAILURE_SCOPE, bearer_failure_key(address)
+    )
     if wait is not None:
         metrics.throttled(scope=BEARER_FAILURE_SCOPE)
     return wait
+
+
+def bearer_failure_key(address: str) -> str:
+    """What failed bearer authentications from ``address`` count under: the address, or
+    for IPv6 its /64 network (``2001:db8::/64``)."""
+    with contextlib.suppress(ValueError):
+        parsed = ipaddress.ip_address(address)
+        if parsed.version == 6 and parsed.ipv4_mapped is None:
+            return str(ipaddress.ip_network(f"{parsed}/64", strict=False))
+    return address
 
 
 def sso_enabled() -> bool:

@@ -8,9 +8,9 @@ The browser's socket is authenticated by its session cookie (Channels'
 socket anonymous, and it is closed with 4401.
 
 A token that fails counts as a failed bearer authentication of the client's address, as
-on the API (``accounts.services.bearer_lockout_wait``): past ``PAW_THROTTLE_BAD_TOKENS``
-the token is not checked, the socket stays anonymous, and the consumer sends ``error``
-``throttled`` (with ``retry_after``, seconds) and closes it with 4429.
+on the API (``accounts.services.bearer_failure_record``): past ``PAW_THROTTLE_BAD_TOKENS``
+the socket of a failed token gets ``error`` ``throttled`` (with ``retry_after``,
+seconds) and is closed with 4429 instead of 4401; a valid token is always accepted.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from rest_framework_simplejwt.exceptions import InvalidToken, TokenError
 from accounts.services import (
     PERSONAL_TOKEN_PREFIX,
     bearer_failure_record,
-    bearer_lockout_wait,
     personal_token_authenticate,
 )
 from paw_project.throttles import client_address
@@ -41,12 +40,8 @@ def user_for_token(raw: str, *, address: str) -> tuple[Any, int | None, int | No
     """``(user, personal token id, None)`` for a valid personal API token, ``(user, None,
     None)`` for a valid JWT access token, ``(None, None, None)`` for anything else, which
     counts as a failed bearer authentication of the client ``address``; ``(None, None,
-    seconds)`` when ``address`` is past ``PAW_THROTTLE_BAD_TOKENS`` (the token was not
-    checked, or this failure was one past the limit): the seconds until it may try
-    again."""
-    wait = bearer_lockout_wait(address=address)
-    if wait is not None:
-        return None, None, wait
+    seconds)`` when that failure is past ``PAW_THROTTLE_BAD_TOKENS``: the seconds until
+    the address's failures are within it again."""
     personal = raw.startswith(PERSONAL_TOKEN_PREFIX)
     if personal:
         found = personal_token_authenticate(raw=raw)

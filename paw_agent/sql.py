@@ -35,7 +35,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from paw_agent.control import RunControl
-from paw_sqlcheck import POSTGRESQL_SESSION_OPTIONS, mysql_sql_mode
+from paw_sqlcheck import POSTGRESQL_SESSION_OPTIONS, mysql_mode_lexes_as_parsed, mysql_sql_mode
 
 ROW_CAP = 200  # rows returned to the model per query
 CELL_CAP = 200  # characters per cell shown to the model
@@ -381,6 +381,13 @@ def _run_postgres(
     # True makes psycopg begin READ ONLY; None leaves the server's default (a read-only
     # datasource's URL sets it): False would begin READ WRITE and override that.
     connection.read_only = True if read_only or source.read_only else None
+    # The session must read strings as the parser did (a pooler may drop the option).
+    if connection.info.parameter_status("standard_conforming_strings") != "on":
+        connection.close()
+        raise SqlError(
+            f"datasource {source.slug}: the server keeps standard_conforming_strings off, so "
+            "PAW cannot tell what a statement does there; nothing was run"
+        )
 
     def work() -> QueryResult:
         try:
@@ -471,6 +478,13 @@ def _run_mysql(
                     setup.execute(f"SET SESSION max_execution_time = {int(timeout * 1000)}")
                 setup.execute("SELECT @@SESSION.sql_mode")
                 setup.execute("SET SESSION sql_mode = %s", (mysql_sql_mode(setup.fetchone()[0]),))
+                setup.execute("SELECT @@SESSION.sql_mode")
+                if not mysql_mode_lexes_as_parsed(setup.fetchone()[0]):
+                    raise SqlError(
+                        f"datasource {source.slug}: the server keeps ANSI_QUOTES or "
+                        "NO_BACKSLASH_ESCAPES on, so PAW cannot tell what a statement does "
+                        "there; nothing was run"
+                    )
                 if source.read_only:
                     setup.execute("SET SESSION TRANSACTION READ ONLY")
                 setup.execute("START TRANSACTION READ ONLY" if read_only else "START TRANSACTION")

@@ -19,7 +19,11 @@ credentials at all:
 
 A request with neither an ``Authorization`` header nor a session cookie gets at most the
 ``anonymous`` limit wherever it goes (nothing but the sign-in endpoints answers it
-anyway), so a client without an account can make the server hold no more than that.
+anyway), so a client without an account can make the server hold no more than that. An
+upload's credentials are checked before its body is read past that limit
+(``accounts.authentication.scope_credentials_valid``): a made-up token, a ``Basic``
+header or a stale session cookie keep it to the anonymous limit too (found by the
+adversarial pass of issue 25: any such header let a stranger send 100 MiB).
 
 Over the limit the answer is ``413 {"detail", "code": "payload_too_large", "limit"}``
 with ``Connection: close``: from ``Content-Length`` alone, before the body is read; for a
@@ -127,6 +131,8 @@ class BodySizeLimitMiddleware:
             await self.app(scope, receive, send)
             return
         kind, limit = body_limit(scope)
+        if kind is BodyKind.UPLOAD and not await _credentials_valid(scope):
+            kind, limit = BodyKind.ANONYMOUS, kind_limit(BodyKind.ANONYMOUS)
         length = _content_length(scope)
         if length is not None and length > limit:
             await _send_413(send, kind)
@@ -158,6 +164,16 @@ class BodySizeLimitMiddleware:
         await self.app(scope, limited_receive, tracking_send)
         if cut_off and not started:
             await _send_413(send, kind)
+
+
+async def _credentials_valid(scope: Scope) -> bool:
+    """Whether the request's credentials authenticate (its database reads on a thread of
+    Channels', which closes stale connections around them)."""
+    from channels.db import database_sync_to_async
+
+    from accounts.authentication import scope_credentials_valid
+
+    return await database_sync_to_async(scope_credentials_valid)(scope)
 
 
 def _content_length(scope: Scope) -> int | None:

@@ -27,8 +27,7 @@ when the next one will pass.
 
 Failed bearer authentications per client address (``PAW_THROTTLE_BAD_TOKENS``) count
 failures, not requests: ``accounts.services.bearer_failure_record`` counts each with
-:func:`rate_hit`, and ``accounts.services.bearer_lockout_wait`` asks :func:`rate_wait`
-before a token is checked.
+:func:`rate_hit` (a valid token is never refused).
 """
 
 from __future__ import annotations
@@ -107,23 +106,6 @@ def rate_hit(rate: str, scope: str, ident: str) -> int | None:
     if accepted:
         return None
     oldest, _counted = counter.get_moving_window(key, count, seconds)
-    return max(1, math.ceil(oldest + seconds - time.time()))
-
-
-def rate_wait(rate: str, scope: str, ident: str) -> int | None:
-    """Whether one more request of ``ident`` would be within ``rate`` in ``scope``, without
-    counting it: ``None`` when it would, else the seconds (an int, at least 1) until it
-    would (when the oldest counted request leaves the window). One read of the store."""
-    count, seconds = parse_rate(rate)
-    key = f"{scope}/{ident}"
-    counter = store()
-    if isinstance(counter, MemoryStorage):
-        with _memory_lock:
-            oldest, counted = counter.get_moving_window(key, count, seconds)
-    else:
-        oldest, counted = counter.get_moving_window(key, count, seconds)  # one Lua script
-    if counted < count:
-        return None
     return max(1, math.ceil(oldest + seconds - time.time()))
 
 

@@ -43,8 +43,8 @@ from typing import Any
 from paw_sqlcheck.allowlist import FUNCTIONS, READ_NODES, SYNTAX_FUNCTIONS
 
 __all__ = [
-    "DIALECTS", "MAX_SQL_CHARS", "POSTGRESQL_SESSION_OPTIONS", "Verdict", "is_read", "judge",
-    "mysql_sql_mode",
+    "DIALECTS", "MAX_SQL_CHARS", "POSTGRESQL_SESSION_OPTIONS", "SessionMismatch", "Verdict",
+    "is_read", "judge", "mysql_mode_lexes_as_parsed", "mysql_sql_mode",
 ]  # fmt: skip
 
 #: PAW's dialect names (and their aliases) → the dialect of the allow-lists.
@@ -89,15 +89,33 @@ POSTGRESQL_SESSION_OPTIONS = "-c standard_conforming_strings=on"
 #: ``sql_mode`` flags under which MySQL / MariaDB read a statement otherwise than the
 #: parser: ``"…"`` as a name instead of a string (``ANSI_QUOTES``, part of ``ANSI``),
 #: backslashes as plain characters (``NO_BACKSLASH_ESCAPES``).
-MYSQL_LEXING_MODES = frozenset({"ANSI", "ANSI_QUOTES", "NO_BACKSLASH_ESCAPES"})
+MYSQL_LEXING_MODES = frozenset({"ANSI_QUOTES", "NO_BACKSLASH_ESCAPES"})
+#: Combination modes that set ``ANSI_QUOTES`` again when named (MariaDB's manual, "SQL_MODE").
+_MYSQL_COMBINATIONS = frozenset({"ANSI", "ORACLE", "POSTGRESQL", "MSSQL", "DB2", "MAXDB"})
 
 
 def mysql_sql_mode(current: str) -> str:
     """The session's ``sql_mode`` (``@@SESSION.sql_mode``, comma-separated) without
-    :data:`MYSQL_LEXING_MODES`, the rest kept in order: set it on a connection before a
-    statement judged by this module runs (``SET SESSION sql_mode = %s``)."""
-    kept = [m for m in str(current or "").split(",") if m and m.upper() not in MYSQL_LEXING_MODES]
+    :data:`MYSQL_LEXING_MODES` and the combination modes that imply them (``ANSI``,
+    ``ORACLE``, ``MSSQL``...), the rest kept in order: set it on a connection before a
+    statement judged by this module runs (``SET SESSION sql_mode = %s``), then check
+    what the server kept with :func:`mysql_mode_lexes_as_parsed`."""
+    dropped = MYSQL_LEXING_MODES | _MYSQL_COMBINATIONS
+    kept = [m for m in str(current or "").split(",") if m and m.upper() not in dropped]
     return ",".join(kept)
+
+
+def mysql_mode_lexes_as_parsed(mode: str) -> bool:
+    """Whether a session whose ``@@SESSION.sql_mode`` reads ``mode`` lexes statements as
+    the parser does (none of :data:`MYSQL_LEXING_MODES` in it). A connection where this
+    is false must not run a judged statement."""
+    return not {m.strip().upper() for m in str(mode or "").split(",")} & MYSQL_LEXING_MODES
+
+
+class SessionMismatch(RuntimeError):
+    """A database session that does not lex statements as the parser does (PostgreSQL
+    ``standard_conforming_strings`` off, MySQL ``ANSI_QUOTES`` or
+    ``NO_BACKSLASH_ESCAPES`` still on after PAW set them): nothing judged may run there."""
 
 
 class _QuietCommandFallback(logging.Filter):
@@ -119,8 +137,9 @@ class Verdict:
     ``read``: the statement is a read. ``code``: ``read``, or why not — ``empty``,
     ``several_statements``, ``unparsed``, ``not_a_query``, ``writes``, ``function``
     (a call outside the allow-list), ``qualified_function``, ``quoted_function``,
-    ``unknown_node`` (a construct PAW does not know to be a read),
-    ``executable_comment``, ``too_long``, ``unknown_dialect``. ``reason``: one sentence
+    ``unknown_node`` (a construct PAW does not know to be a read), ``field_of_expression``
+    (``(x).f``), ``executable_comment``, ``unusual_character``, ``too_long``,
+    ``unknown_dialect``. ``reason``: one sentence
     for a person or the model (empty for a read). ``tables``: the tables and views it
     reads (``schema.table`` where qualified; CTE names left out), ``functions``: the
     functions it calls by name (lower-case), both sorted; filled for a read and for a
@@ -155,6 +174,14 @@ def judge(sql: str, *, dialect: str) -> Verdict:
         return Verdict(
             False, "too_long", f"a statement over {MAX_SQL_CHARS:,} characters is not checked"
         )
+    odd = _unusual_character(sql)
+    if odd is not None:
+        return Verdict(
+            False,
+            "unusual_character",
+            f"it holds the character {odd}, which the parser and the database may read "
+            "differently (a space to one, part of a name to the other)",
+        )
     if canonical == "mysql" and ("/*!" in sql or "/*m!" in sql.lower()):
         return Verdict(
             False,
@@ -165,6 +192,32 @@ def judge(sql: str, *, dialect: str) -> Verdict:
         return _judge(sql, canonical, explain=True)
     except RecursionError:
         return Verdict(False, "unparsed", "it is nested too deeply to be parsed")
+
+
+#: The only whitespace and control characters a judged statement may hold.
+_PLAIN_WHITESPACE = frozenset(" \t\n\r\f\v")
+#: Unicode categories a judged statement may not hold (outside :data:`_PLAIN_WHITESPACE`):
+#: other spaces and separators (U+00A0, U+2028…: whitespace to the parser's tokenizer,
+#: ``str.isspace``, but part of a name to PostgreSQL, and not a comment's end to MySQL),
+#: control and format characters (NUL, U+0085, U+200B, U+FEFF), surrogates, private use
+#: and unassigned code points.
+_UNUSUAL_CATEGORIES = frozenset({"Zs", "Zl", "Zp", "Cc", "Cf", "Cs", "Co", "Cn"})
+
+
+def _unusual_character(sql: str) -> str | None:
+    """The first character of ``sql`` that the parser and a database may lex apart
+    (``U+00A0 (NO-BREAK SPACE)``), or None."""
+    import unicodedata
+
+    for char in sql:
+        if char.isascii() and (char.isprintable() or char in _PLAIN_WHITESPACE):
+            continue
+        if char in _PLAIN_WHITESPACE:
+            continue
+        if unicodedata.category(char) in _UNUSUAL_CATEGORIES or char.isspace():
+            name = unicodedata.name(char, "unnamed")
+            return f"U+{ord(char):04X} ({name})"
+    return None
 
 
 def _a(word: str) -> str:
@@ -211,6 +264,9 @@ def _judge(sql: str, dialect: str, *, explain: bool) -> Verdict:
         )
     if explain and tokens[0].text.upper() in _EXPLAIN_KEYWORDS:
         return _explained(sql, tokens[0], dialect)
+    problem = _parser_function_names(tokens, sql, dialect)
+    if problem is not None:
+        return Verdict(False, *problem)
     try:
         parsed = sqlglot.parse(sql, read=_SQLGLOT[dialect])
     except Exception as exc:  # ParseError, or any failure of the parser
@@ -303,11 +359,61 @@ def _tree_verdict(root: Any, sql: str, dialect: str) -> Verdict:
                 f"it calls {node.sql(dialect=_SQLGLOT[dialect])[:80]} by a schema-qualified "
                 "name; a read calls functions by their plain names only",
             )
+        if isinstance(node, exp.Dot) and not _plain_name_part(node):
+            # PostgreSQL reads (expr).f as f(expr): a call of any one-argument function.
+            return refused(
+                "field_of_expression",
+                f"it selects a field of an expression ({node.sql(dialect=_SQLGLOT[dialect])[:60]}), "
+                "which PostgreSQL reads as a call of the function of that name",
+            )
         if isinstance(node, exp.Table) and isinstance(node.this, exp.Identifier):
             name = ".".join(part.name for part in node.parts)
             if name.lower() not in ctes:
                 tables.add(name)
     return Verdict(True, "read", "", tuple(sorted(tables)), tuple(sorted(functions)))
+
+
+def _plain_name_part(node: Any) -> bool:
+    """Whether a ``Dot`` node is one more part of a dotted name (``a.b.c.d.e``) or
+    ``(x).*``, not a field taken of an expression."""
+    from sqlglot import exp
+
+    if isinstance(node.expression, exp.Star):
+        return True
+    return isinstance(node.expression, exp.Identifier) and isinstance(
+        node.this, exp.Column | exp.Identifier | exp.Dot
+    )
+
+
+def _parser_function_names(tokens: list[Any], sql: str, dialect: str) -> tuple[str, str] | None:
+    """The calls the parser reads with a grammar of their own (``CAST(``, ``MAX_BY(``,
+    ``INITCAP(``...: its ``FUNCTION_PARSERS``) carry no position in the tree: their names
+    are checked here, on the tokens, against the dialect's list (a database may have a
+    user-defined function of that name). On MySQL every call's name must touch its
+    parenthesis: ``count (x)`` calls a stored function named ``count``."""
+    from sqlglot.dialects.dialect import Dialect
+    from sqlglot.tokens import TokenType
+
+    special = Dialect.get_or_raise(_SQLGLOT[dialect]).parser_class.FUNCTION_PARSERS
+    for name, after in itertools.pairwise(tokens):
+        if after.token_type != TokenType.L_PAREN or name.token_type == TokenType.STRING:
+            continue
+        word = name.text.upper()
+        if word == "VALUES":  # a VALUES list, or MySQL's VALUES(col) of an upsert: no call
+            continue
+        if word in special and word.lower() not in FUNCTIONS[dialect]:
+            return (
+                "function",
+                f"it calls {word.lower()}(), which is not on the list of functions a read may "
+                f"call on {_LABELS[dialect]}",
+            )
+        if dialect == "mysql" and word in special and name.end + 1 != after.start:
+            return (
+                "function",
+                f"it puts a space between {word.lower()} and its parenthesis, which on MySQL "
+                "may call a stored function of that name",
+            )
+    return None
 
 
 def _function_problem(
@@ -338,6 +444,12 @@ def _function_problem(
         )
     name = text.lower()
     functions.add(name)
+    if dialect == "mysql" and "end" in meta and sql[meta["end"] + 1 : meta["end"] + 2] != "(":
+        return (
+            "function",
+            f"it puts a space or a comment between {name} and its parenthesis, which on MySQL "
+            "may call a stored function of that name",
+        )
     if name not in FUNCTIONS[dialect]:
         return (
             "function",

@@ -145,6 +145,8 @@ _POSTGRESQL = (
     gen_random_uuid
     date time timestamp timestamptz text int int2 int4 int8 integer bigint smallint
     numeric float4 float8 bool varchar
+    cast convert date_part jsonb_exists json_objectagg json_table json_value xmlelement
+    xmltable xmlagg
     current_database current_catalog current_schema current_schemas current_user
     current_role session_user user version pg_typeof format_type to_regclass to_regtype
     col_description obj_description pg_get_viewdef pg_get_constraintdef pg_get_indexdef
@@ -181,7 +183,7 @@ _MYSQL = (
     json_merge_preserve json_object json_overlaps json_pretty json_quote json_remove
     json_replace json_search json_set json_storage_size json_table json_type
     json_unquote json_valid json_value
-    cast convert binary
+    cast convert binary chr decode json_objectagg match weight_string
     md5 sha sha1 sha2 aes_encrypt aes_decrypt compress uncompress uncompressed_length
     random_bytes uuid uuid_short uuid_to_bin bin_to_uuid is_uuid inet_aton inet_ntoa
     inet6_aton inet6_ntoa is_ipv4 is_ipv6
@@ -193,7 +195,7 @@ _MYSQL = (
 _SQLITE = (
     _AGGREGATE_AND_WINDOW
     + """
-    group_concat string_agg total
+    group_concat string_agg total cast
     abs char coalesce concat concat_ws format glob hex ifnull iif instr length like
     likelihood likely lower ltrim nullif octet_length printf quote random replace round
     rtrim sign soundex sqlite_version substr substring trim typeof unhex unicode

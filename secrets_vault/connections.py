@@ -38,7 +38,13 @@ from urllib.parse import quote, urlencode
 from django.conf import settings
 from django.core.exceptions import ValidationError
 
-from paw_sqlcheck import POSTGRESQL_SESSION_OPTIONS, judge, mysql_sql_mode
+from paw_sqlcheck import (
+    POSTGRESQL_SESSION_OPTIONS,
+    SessionMismatch,
+    judge,
+    mysql_mode_lexes_as_parsed,
+    mysql_sql_mode,
+)
 from secrets_vault.placeholders import PLACEHOLDER, placeholder_whole
 
 #: Seconds to wait for a database to answer a connection test.
@@ -453,6 +459,15 @@ def _postgresql_privileges(conn: Any) -> UserPrivileges:
     ).fetchone()
     superuser, createrole, createdb, replication, bypassrls = row or (False,) * 5
     refused = ["superuser"] if superuser else []
+    if not superuser:
+        # A member of a superuser role (NOINHERIT too) becomes one with SET ROLE.
+        refused += [
+            f"member of the superuser role {name}"
+            for (name,) in conn.execute(
+                "SELECT rolname FROM pg_roles WHERE rolsuper AND rolname <> current_user "
+                "AND pg_has_role(current_user, oid, 'MEMBER') ORDER BY rolname"
+            ).fetchall()
+        ]
     roles = list(POSTGRESQL_REFUSED_ROLES + _POSTGRESQL_NOTED_ROLES)
     members = {
         name
@@ -487,24 +502,95 @@ def _postgresql_privileges(conn: Any) -> UserPrivileges:
 
 
 def _mysql_privileges(conn: Any) -> UserPrivileges:
+    """Every privilege the user holds, read from ``SHOW GRANTS`` — its own, each role it
+    may take (``SET ROLE`` each in turn: a role's grants show only while it is the
+    current one, nested roles included) and ``PUBLIC``'s (MariaDB 10.11+) — since
+    ``information_schema``'s privilege views leave out roles and ``PUBLIC``. What is not a
+    read: any privilege outside :data:`MYSQL_READ_PRIVILEGES`, ``WITH GRANT OPTION``,
+    ``PROXY``, a privilege on a routine, and any grant line that cannot be read."""
+    lines: list[str] = []
     with conn.cursor() as cursor:
-        cursor.execute("SELECT CURRENT_USER()")
-        user, _, host = str(cursor.fetchone()[0]).rpartition("@")
-        grantees = [f"'{user}'@'{host}'"]
+        cursor.execute("SHOW GRANTS")
+        lines += [str(row[0]) for row in cursor.fetchall()]
+        roles: list[str] = []
         with contextlib.suppress(Exception):  # roles: MariaDB 10.0.5+, MySQL 8.0.19+
             cursor.execute("SELECT ROLE_NAME FROM information_schema.APPLICABLE_ROLES")
-            grantees += [f"'{name}'" for (name,) in cursor.fetchall()]
-        marks = ", ".join(["%s"] * len(grantees))
+            roles = [str(name) for (name,) in cursor.fetchall()]
+        for role in roles:
+            with contextlib.suppress(Exception):
+                cursor.execute("SET ROLE %s", (role,))
+                cursor.execute("SHOW GRANTS")
+                lines += [str(row[0]) for row in cursor.fetchall()]
+        with contextlib.suppress(Exception):
+            cursor.execute("SET ROLE DEFAULT")
+        with contextlib.suppress(Exception):  # PUBLIC: MariaDB 10.11+
+            cursor.execute("SHOW GRANTS FOR PUBLIC")
+            lines += [str(row[0]) for row in cursor.fetchall()]
+        # The privilege views too: they spell ALL PRIVILEGES out (FILE, SUPER...).
+        cursor.execute("SELECT CURRENT_USER()")
+        user, _, host = str(cursor.fetchone()[0]).rpartition("@")
         found: set[str] = set()
         for table in ("USER_PRIVILEGES", "SCHEMA_PRIVILEGES", "TABLE_PRIVILEGES",
                       "COLUMN_PRIVILEGES"):  # fmt: skip
             cursor.execute(
                 f"SELECT PRIVILEGE_TYPE FROM information_schema.{table} "  # noqa: S608 - fixed names
-                f"WHERE GRANTEE IN ({marks})",
-                grantees,
+                "WHERE GRANTEE = %s",
+                [f"'{user}'@'{host}'"],
             )
             found.update(str(name).upper() for (name,) in cursor.fetchall())
-    return UserPrivileges(refused=tuple(sorted(found - MYSQL_READ_PRIVILEGES)))
+    found -= MYSQL_READ_PRIVILEGES
+    for line in dict.fromkeys(lines):
+        found.update(_mysql_grant_powers(line))
+    return UserPrivileges(refused=tuple(sorted(found)))
+
+
+def _mysql_grant_powers(line: str) -> set[str]:
+    """What one ``SHOW GRANTS`` line gives beyond reading: ``GRANT <privileges> ON
+    <object> TO <grantee> [... WITH GRANT OPTION]`` → the privileges outside
+    :data:`MYSQL_READ_PRIVILEGES` (``ALL PRIVILEGES`` as is), ``EXECUTE on a routine``,
+    ``GRANT OPTION``, ``PROXY``; a role grant (``GRANT role TO user``: no ``ON``) gives
+    nothing by itself (its grants are read with the role). Tokens by sqlglot's MySQL
+    tokenizer (names and quotes as the server writes them); a line it cannot read counts
+    as ``an unreadable grant``."""
+    from sqlglot.dialects.dialect import Dialect
+    from sqlglot.tokens import TokenType
+
+    try:
+        tokens = Dialect.get_or_raise("mysql").tokenize(line)
+    except Exception:
+        return {f"an unreadable grant ({line[:60]})"}
+    # Quoted names and strings are objects and grantees, never the grammar's words.
+    quoted = (TokenType.STRING, TokenType.IDENTIFIER)
+    words = [t.text.upper() if t.token_type not in quoted else "`" for t in tokens]
+    if not words or words[0] != "GRANT" or "TO" not in words:
+        return {f"an unreadable grant ({line[:60]})"}
+    powers: set[str] = set()
+    if "WITH" in words and "GRANT" in words[words.index("WITH") :]:
+        powers.add("GRANT OPTION")
+    if "ON" not in words or words.index("ON") > words.index("TO"):
+        return powers  # a role granted: its own grants are read with it
+    on = words.index("ON")
+    privileges, current, depth = [], [], 0
+    for word in words[1:on]:
+        if word == "(":
+            depth += 1
+        elif word == ")":
+            depth -= 1
+        elif depth == 0 and word == ",":
+            privileges.append(" ".join(current))
+            current = []
+        elif depth == 0:
+            current.append(word)
+    privileges.append(" ".join(current))
+    target = words[on + 1] if on + 1 < len(words) else ""
+    for privilege in filter(None, privileges):
+        if privilege == "PROXY":
+            powers.add("PROXY")
+        elif target in ("FUNCTION", "PROCEDURE", "PACKAGE"):
+            powers.add(f"{privilege} on a {target.lower()}")
+        elif privilege not in MYSQL_READ_PRIVILEGES:
+            powers.add(privilege)
+    return powers
 
 
 def connection_test(
@@ -592,7 +678,10 @@ def database_connection(
     ``mode=ro``. ``timeout`` seconds bound connecting and each statement (PostgreSQL
     ``statement_timeout``, MariaDB ``max_statement_time`` / MySQL ``max_execution_time``,
     SQLite an interrupt). An SQLite file that does not exist is an error (sqlite3 would
-    create it). Driver exceptions pass through; ``ImportError`` when PyMySQL is missing.
+    create it). The session must lex statements as ``paw_sqlcheck`` does (PostgreSQL
+    ``standard_conforming_strings`` on; MySQL without ``ANSI_QUOTES`` and
+    ``NO_BACKSLASH_ESCAPES`` once PAW removed them): ``paw_sqlcheck.SessionMismatch``
+    otherwise. Driver exceptions pass through; ``ImportError`` when PyMySQL is missing.
     """
     if dialect == "postgresql":
         import psycopg
@@ -609,6 +698,12 @@ def database_connection(
             ).strip(),
             application_name="paw",
         )
+        if conn.info.parameter_status("standard_conforming_strings") != "on":
+            conn.close()
+            raise SessionMismatch(
+                "the server keeps standard_conforming_strings off: PAW cannot tell what a "
+                "statement does there"
+            )
         if read_only:
             conn.read_only = True
         with contextlib.closing(conn):
@@ -640,6 +735,12 @@ def database_connection(
                     cursor.execute(f"SET SESSION max_execution_time = {int(timeout * 1000)}")
                 cursor.execute("SELECT @@SESSION.sql_mode")
                 cursor.execute("SET SESSION sql_mode = %s", (mysql_sql_mode(cursor.fetchone()[0]),))
+                cursor.execute("SELECT @@SESSION.sql_mode")
+                if not mysql_mode_lexes_as_parsed(cursor.fetchone()[0]):
+                    raise SessionMismatch(
+                        "the server keeps ANSI_QUOTES or NO_BACKSLASH_ESCAPES on: PAW cannot "
+                        "tell what a statement does there"
+                    )
                 if read_only:
                     cursor.execute("SET SESSION TRANSACTION READ ONLY")
             yield conn

@@ -9,8 +9,9 @@ prints is masked too.
 The forms a curious model or a careless script prints a value in are masked as well, each
 as ``[secret:NAME]`` (:func:`secret_forms`): reversed; Base64, standard and URL-safe, with
 and without padding; hexadecimal, lower and upper case; percent-encoded (Python's
-``quote`` and ``quote_plus``, JavaScript's ``encodeURIComponent``, with upper- or
-lower-case escapes). A value inside a longer Base64 text (``user:password`` of a Basic
+``quote`` and ``quote_plus``, JavaScript's ``encodeURIComponent`` and ``encodeURI``, with
+upper- or lower-case escapes); escaped as inside a quoted string (JSON, ASCII-escaped or
+not, and Python's ``repr``: ``print(os.environ)``). A value inside a longer Base64 text (``user:password`` of a Basic
 ``Authorization`` header, a JSON document) is encoded in one of three ways depending on
 its offset modulo 3; for each, the characters that come from the value alone are masked,
 so at most the one or two characters at either end, which it shares with its neighbours
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import json
 import logging
 import re
 import threading
@@ -85,8 +87,16 @@ def _forms(value: str) -> tuple[str, ...]:
         quote(value),  # "/" kept, as in a path
         quote_plus(value, safe=""),
         quote(value, safe="!~*'()"),  # JavaScript's encodeURIComponent
+        quote(value, safe="!~*'();/?:@&=+$,#"),  # JavaScript's encodeURI
     ):
         forms += [escaped, _ESCAPE.sub(lambda m: m.group(0).lower(), escaped)]
+    # Inside a quoted string as code prints it: JSON (json.dumps, ASCII-escaped or not)
+    # and Python's repr (print(os.environ), print(a dict)), the quotes left out.
+    forms += [
+        json.dumps(value)[1:-1],
+        json.dumps(value, ensure_ascii=False)[1:-1],
+        repr(value)[1:-1],
+    ]
     return tuple(
         form for form in dict.fromkeys(forms) if form != value and len(form) >= MIN_FORM_LENGTH
     )

@@ -21,7 +21,7 @@ import pytest
 from tests.mariadb import mariadb_cursor, mariadb_database_url
 from tests.paw_agent.driver import notifies
 from tests.paw_agent.test_sql import datasource_env, script, tool_results
-from tests.paw_sqlcheck.corpus import ATTACKS, DIALECT_ATTACKS
+from tests.paw_sqlcheck.corpus import ATTACKS, DIALECT_ATTACKS, NBSP
 from tests.pgdatasource import pg_datasource_settings
 
 #: Issue 25's findings, verbatim.
@@ -108,6 +108,12 @@ def _pg_queries(tmp_path: Path) -> tuple[list[str], Path]:
         f"COPY (SELECT 1) TO PROGRAM 'touch {marker}'",
         "DO $$ BEGIN PERFORM pg_advisory_lock(42); END $$",
         "SELECT 1; DELETE FROM attack_orders",
+        # The adversarial pass's findings: a Unicode space before a dollar quote, and a
+        # field of an expression, which PostgreSQL reads as a function call.
+        f"SELECT interval{NBSP}$a$, pg_advisory_lock(42) AS z{NBSP}$a$ "
+        f'FROM (SELECT 1 AS "interval{NBSP}$a$") AS t',
+        "SELECT (42).pg_advisory_lock",
+        "SELECT (q).ts_stat FROM (SELECT 'SELECT to_tsvector(pg_advisory_lock(42)::text)' AS q) t",
     ]
     return queries, marker
 
@@ -181,6 +187,8 @@ def test_mariadb_side_effects_are_refused_on_a_read_only_datasource(start, model
         "SELECT * FROM shop_orders LOCK IN SHARE MODE",
         "SELECT 1; DELETE FROM shop_orders",
         "DELETE FROM shop_orders",
+        f"SELECT t.x --{NBSP}, GET_LOCK('paw_attack', 0)\nFROM (SELECT 1 AS x) AS t",
+        "SELECT count (id) FROM shop_orders",
     ]
     model.load(script(calls(queries, "shop")))
     env = datasource_env("shop", "mysql", mariadb_database_url(), read_only=True)

@@ -16,6 +16,17 @@ from paw_project.asgi_limits import ENVELOPE_BYTES, BodyKind, body_limit
 BEARER = (b"authorization", b"Bearer x")
 
 
+@pytest.fixture
+def valid_bearer(transactional_db):
+    """An ``Authorization`` header with a real personal API token (committed: the guard
+    checks it on a thread of its own)."""
+    from accounts.services import personal_token_create
+    from tests.factories import UserFactory
+
+    _, raw = personal_token_create(user=UserFactory(), name="uploads")
+    return (b"authorization", f"Bearer {raw}".encode())
+
+
 def http_scope(headers: list[tuple[bytes, bytes]], path: str = "/api/conversations") -> dict:
     return {
         "type": "http",
@@ -63,9 +74,12 @@ def length(size: int) -> tuple[bytes, bytes]:
 
 
 @override_settings(PAW_MAX_UPLOAD_BYTES=1000)
-async def test_an_upload_over_its_limit_is_refused_from_content_length_without_reading():
+async def test_an_upload_over_its_limit_is_refused_from_content_length_without_reading(
+    valid_bearer,
+):
     sent, reads = await call(
-        http_scope([BEARER, length(1000 + ENVELOPE_BYTES + 1)], UPLOAD_PATH), [b"x" * 10] * 3
+        http_scope([valid_bearer, length(1000 + ENVELOPE_BYTES + 1)], UPLOAD_PATH),
+        [b"x" * 10] * 3,
     )
     assert reads == 0
     assert sent[0]["status"] == 413
@@ -77,12 +91,37 @@ async def test_an_upload_over_its_limit_is_refused_from_content_length_without_r
     }
 
 
-@override_settings(PAW_MAX_UPLOAD_BYTES=1000)
-async def test_a_chunked_upload_is_cut_off_once_over_the_limit():
+@override_settings(PAW_MAX_UPLOAD_BYTES=1000, PAW_MAX_ANONYMOUS_BODY_KIB=2)
+async def test_a_chunked_upload_is_cut_off_once_over_the_limit(valid_bearer):
     chunks = [b"x" * 16 * 1024] * 20  # 320 KiB, no Content-Length (chunked)
-    sent, reads = await call(http_scope([BEARER], UPLOAD_PATH), chunks)
+    sent, reads = await call(http_scope([valid_bearer], UPLOAD_PATH), chunks)
     assert sent[0]["status"] == 413
     assert reads == 5  # 80 KiB read: past 1000 bytes + the 64 KiB envelope allowance
+
+
+@override_settings(PAW_MAX_UPLOAD_BYTES=10 * 1024 * 1024, PAW_MAX_ANONYMOUS_BODY_KIB=2)
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "credentials",
+    [
+        BEARER,  # a made-up JWT
+        (b"authorization", b"Bearer paw_" + b"x" * 43),  # a made-up personal token
+        (b"authorization", b"Basic eDp4"),
+        (b"cookie", b"sessionid=nope"),  # no such session
+    ],
+    ids=["jwt", "personal", "basic", "session"],
+)
+async def test_an_upload_whose_credentials_do_not_authenticate_gets_the_anonymous_limit(
+    credentials,
+):
+    """Found by the adversarial pass: any Authorization header or session cookie let a
+    stranger send a whole upload (100 MiB) before the view refused it with 401."""
+    sent, reads = await call(http_scope([credentials, length(2 * 1024 + 1)], UPLOAD_PATH), [b"x"])
+    assert (reads, sent[0]["status"]) == (0, 413)
+    assert json.loads(sent[1]["body"])["limit"] == 2048
+    chunks = [b"x" * 1024] * 10  # chunked: cut off after the anonymous limit
+    sent, reads = await call(http_scope([credentials], UPLOAD_PATH), chunks)
+    assert (reads, sent[0]["status"]) == (3, 413)
 
 
 @override_settings(PAW_MAX_BODY_KIB=4)

@@ -43,6 +43,7 @@ COMMON_READS = [
     "SELECT 1 UNION SELECT 2 EXCEPT SELECT 2",
     "SELECT 1 INTERSECT SELECT 1",
     "SELECT trim('  x  ') AS t, substr('abcdef', 2, 3) AS s",
+    "SELECT 'café' AS word, 'naïve ☕ 東京' AS more, 1 AS \"größe\"",
 ]
 
 READS: dict[str, list[str]] = {
@@ -129,14 +130,44 @@ DIALECT_ATTACKS: dict[str, list[str]] = {
         "SELECT 1 /*M!, load_file('/etc/hostname') */",
         "SELECT 1 /*!, SLEEP(5) */ AS one",
         "SELECT 'a\\'', load_file('/etc/hostname') -- '",
+        # A space between a name and its parenthesis calls a stored function of that name.
+        "SELECT count (id) FROM orders",
+        "SELECT lower /* c */ ('A')",
+        "SELECT CAST (1 AS CHAR)",
     ],
     "postgresql": ["SELECT '\\', pg_read_file('/etc/hostname') --'"],
     "sqlite": ["SELECT '\\', load_extension('x') --'"],
 }
 
+NBSP = "\u00a0"
+
 #: Not a read in any dialect. Each is refused before it reaches a database: on a read-only
 #: datasource without asking, on a writable one only once a person approves it.
 ATTACKS = [
+    # Found by the adversarial pass of issue 25: a Unicode space is whitespace to the
+    # parser's tokenizer and part of a name to PostgreSQL (and no comment's end to MySQL).
+    f"SELECT interval{NBSP}$a$, pg_sleep(1) AS z{NBSP}$a$ "
+    f'FROM (SELECT 1 AS "interval{NBSP}$a$") AS t',
+    f"SELECT t.x --{NBSP}, GET_LOCK('paw', 0)\nFROM (SELECT 1 AS x) AS t",
+    "SELECT 1\u2028, pg_sleep(1)",
+    "SELECT 1\u3000AS x",
+    "SELECT 1\u200b",
+    "SELECT 1\ufeff",
+    "SELECT 1\x00",
+    # PostgreSQL reads (expr).f as f(expr): any one-argument function, ts_stat runs SQL.
+    "SELECT (3).pg_sleep",
+    "SELECT (q).ts_stat FROM (SELECT 'SELECT to_tsvector(pg_sleep(1)::text)' AS q) AS t",
+    'SELECT (x)."pg_sleep" FROM (SELECT 1 AS x) AS t',
+    "SELECT ((x)).pg_sleep FROM (SELECT 1 AS x) AS t",
+    "SELECT (t.x).pg_terminate_backend FROM (SELECT 1 AS x) AS t",
+    "SELECT (SELECT 1).pg_sleep",
+    "SELECT CAST(1 AS int).pg_sleep",
+    "SELECT ('is_superuser').current_setting",
+    # Names the parser reads with a grammar of its own, which no database here has built
+    # in: a user-defined function of that name would run.
+    "SELECT max_by(a, b) FROM t",
+    "SELECT arg_max(a, b) FROM t",
+    "SELECT try_cast(a AS int) FROM t",
     # Issue 25's findings: side-effect functions with a comment before the parenthesis.
     "SELECT pg_read_file/**/('/etc/hostname') AS f",
     "SELECT pg_terminate_backend/**/(pid) FROM pg_stat_activity "

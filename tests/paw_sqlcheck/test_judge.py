@@ -13,7 +13,7 @@ import pytest
 import sqlglot
 from sqlglot import exp
 
-from paw_sqlcheck import MAX_SQL_CHARS, is_read, judge, mysql_sql_mode
+from paw_sqlcheck import MAX_SQL_CHARS, is_read, judge, mysql_mode_lexes_as_parsed, mysql_sql_mode
 from paw_sqlcheck.allowlist import FUNCTIONS, READ_NODES, SYNTAX_FUNCTIONS
 from tests.paw_sqlcheck.corpus import ATTACKS, DIALECT_ATTACKS, READS
 
@@ -153,7 +153,31 @@ def test_the_mysql_session_mode_drops_what_changes_lexing_only():
     assert mysql_sql_mode("REAL_AS_FLOAT,PIPES_AS_CONCAT,ANSI_QUOTES,IGNORE_SPACE,ANSI") == (
         "REAL_AS_FLOAT,PIPES_AS_CONCAT,IGNORE_SPACE"
     )
+    # Combination modes set ANSI_QUOTES again when named: dropped too.
+    for combination in ("ORACLE", "POSTGRESQL", "MSSQL", "DB2", "MAXDB"):
+        assert mysql_sql_mode(f"PIPES_AS_CONCAT,{combination},STRICT_ALL_TABLES") == (
+            "PIPES_AS_CONCAT,STRICT_ALL_TABLES"
+        )
     assert mysql_sql_mode("") == ""
+    assert mysql_mode_lexes_as_parsed("STRICT_TRANS_TABLES,PIPES_AS_CONCAT")
+    assert not mysql_mode_lexes_as_parsed("STRICT_TRANS_TABLES,ANSI_QUOTES")
+    assert not mysql_mode_lexes_as_parsed("no_backslash_escapes")
+
+
+def test_every_unicode_space_and_invisible_character_is_refused_in_every_dialect():
+    """The parser's tokenizer takes ``str.isspace`` characters for whitespace; PostgreSQL
+    takes them for part of a name, MySQL for no comment's end (the adversarial pass's
+    first finding). Every one of them, and every control or format character but the
+    plain whitespace, makes a statement not a read; letters of any script do not."""
+    spaces = [chr(c) for c in range(0x110000) if chr(c).isspace() and chr(c) not in " \t\n\r\f\v"]
+    invisible = ["\x00", "\x1b", "\u200b", "\u200d", "\u2060", "\ufeff", "\u00ad", "\ue000"]
+    assert len(spaces) >= 20
+    for dialect in DIALECTS:
+        for char in spaces + invisible:
+            verdict = judge(f"SELECT 1{char}", dialect=dialect)
+            assert verdict.code == "unusual_character", (dialect, hex(ord(char)))
+            assert f"U+{ord(char):04X}" in verdict.reason
+        assert judge("SELECT 'ünïcødé ☕', 1 AS \"東京\"", dialect=dialect).read
 
 
 def test_importing_the_rule_loads_neither_the_parser_nor_anything_of_paw():

@@ -185,3 +185,102 @@ def test_mariadb_users_beyond_select_are_refused_and_a_reader_is_saved(
     as_reader = _create(operator_client, "maria", "mysql", mariadb)
     assert as_reader.status_code == 201, as_reader.json()
     assert as_reader.json()["user_privileges"] == {"refused": [], "noted": []}
+
+
+def _pg_superuser_role_member(*, inherit: bool) -> str:
+    """A login role with nothing but reading, a member of a NOLOGIN superuser role."""
+    server = pg_datasource_settings(reader=False)
+    name = "paw_test_sneaky" + ("" if inherit else "_noinherit")
+    with psycopg.connect(
+        host=server["host"], port=server["port"], user=server["user"], dbname="postgres",
+        autocommit=True,
+    ) as conn:  # fmt: skip
+        for statement in (
+            "CREATE ROLE paw_test_admin SUPERUSER NOLOGIN",
+            f"CREATE ROLE {name} LOGIN {'INHERIT' if inherit else 'NOINHERIT'}",
+        ):
+            with contextlib.suppress(
+                psycopg.errors.DuplicateObject, psycopg.errors.UniqueViolation
+            ):
+                conn.execute(statement)
+        conn.execute(f"GRANT pg_read_all_data TO {name}")
+        conn.execute(f"GRANT paw_test_admin TO {name}")
+    return name
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("inherit", [True, False], ids=["inherit", "noinherit"])
+def test_a_member_of_a_superuser_role_is_refused(operator_client, inherit):
+    """Found by the adversarial pass: ``SET ROLE`` makes such a member a superuser."""
+    user = _pg_superuser_role_member(inherit=inherit)
+    response = _create(
+        operator_client, "pg", "postgresql", {**pg_datasource_settings(), "user": user}
+    )
+    assert response.status_code == 400, response.json()
+    assert response.json()["privileges"] == ["member of the superuser role paw_test_admin"]
+
+
+@pytest.fixture
+def maria_role_users(mariadb):
+    """MariaDB users that can only SELECT by their own grants, and more through a default
+    role, a nested role, ``PUBLIC``, a grant option or a routine grant (the adversarial
+    pass found each saved as "can only read"). Dropped afterwards."""
+    database = mariadb["database"]
+    users = {
+        "paw_test_role_user": "FILE, INSERT",
+        "paw_test_nested_user": "FILE",
+        "paw_test_option_user": None,
+    }
+    statements = [
+        "CREATE ROLE IF NOT EXISTS paw_test_role",
+        "CREATE ROLE IF NOT EXISTS paw_test_outer",
+        "CREATE ROLE IF NOT EXISTS paw_test_inner",
+        "GRANT FILE ON *.* TO paw_test_role",
+        f"GRANT INSERT ON `{database}`.* TO paw_test_role",
+        "GRANT FILE ON *.* TO paw_test_inner",
+        "GRANT paw_test_inner TO paw_test_outer",
+    ]
+    for user in users:
+        statements += [
+            f"CREATE USER IF NOT EXISTS '{user}'@'%'",
+            f"CREATE USER IF NOT EXISTS '{user}'@'localhost'",
+            f"CREATE USER IF NOT EXISTS '{user}'@'127.0.0.1'",
+        ]
+    for host in ("%", "localhost", "127.0.0.1"):
+        statements += [
+            f"GRANT SELECT ON `{database}`.* TO 'paw_test_role_user'@'{host}'",
+            f"GRANT paw_test_role TO 'paw_test_role_user'@'{host}'",
+            f"SET DEFAULT ROLE paw_test_role FOR 'paw_test_role_user'@'{host}'",
+            f"GRANT SELECT ON `{database}`.* TO 'paw_test_nested_user'@'{host}'",
+            f"GRANT paw_test_outer TO 'paw_test_nested_user'@'{host}'",
+            f"SET DEFAULT ROLE paw_test_outer FOR 'paw_test_nested_user'@'{host}'",
+            f"GRANT SELECT ON `{database}`.* TO 'paw_test_option_user'@'{host}' WITH GRANT OPTION",
+        ]
+    server = _connect(database=None)
+    with contextlib.closing(server), server.cursor() as cursor:
+        for statement in statements:
+            cursor.execute(statement)
+    yield {name: {**mariadb, "user": name} for name in users}
+    server = _connect(database=None)
+    with contextlib.closing(server), server.cursor() as cursor:
+        for user in users:
+            for host in ("%", "localhost", "127.0.0.1"):
+                cursor.execute(f"DROP USER IF EXISTS '{user}'@'{host}'")
+        for role in ("paw_test_role", "paw_test_outer", "paw_test_inner"):
+            cursor.execute(f"DROP ROLE IF EXISTS {role}")
+
+
+@pytest.mark.django_db
+def test_mariadb_privileges_through_roles_and_grant_options_are_refused(
+    operator_client, maria_role_users
+):
+    expected = {
+        "paw_test_role_user": {"FILE", "INSERT"},
+        "paw_test_nested_user": {"FILE"},
+        "paw_test_option_user": {"GRANT OPTION"},
+    }
+    for user, connection in maria_role_users.items():
+        response = _create(operator_client, "maria", "mysql", connection)
+        assert response.status_code == 400, (user, response.json())
+        assert expected[user] <= set(response.json()["privileges"]), (user, response.json())
+    assert not Datasource.objects.exists()

@@ -219,6 +219,31 @@ FORM_CASES = {
 }
 
 
+#: A value with a quote, a backslash and letters outside ASCII: JSON and repr escape it
+#: (found by the adversarial pass: ``print(os.environ)`` showed it unmasked).
+QUOTED_VALUE = 'Tr0ub4dor&3"x\\y-päss'
+QUOTED_CASES = {
+    "json": json.dumps(QUOTED_VALUE)[1:-1],
+    "json, not ASCII-escaped": json.dumps(QUOTED_VALUE, ensure_ascii=False)[1:-1],
+    "repr": repr(QUOTED_VALUE)[1:-1],
+    "encodeURI": urllib.parse.quote(QUOTED_VALUE, safe="!~*'();/?:@&=+$,#"),
+}
+
+
+@pytest.mark.parametrize("form", QUOTED_CASES.values(), ids=QUOTED_CASES.keys())
+def test_a_value_escaped_as_inside_a_quoted_string_is_masked(form):
+    assert form != QUOTED_VALUE
+    values = {"DB_PASSWORD": QUOTED_VALUE}
+    assert mask_text(f"env: {{'DB_PASSWORD': '{form}'}}", values) == (
+        "env: {'DB_PASSWORD': '[secret:DB_PASSWORD]'}"
+    )
+    printed = repr({"DB_PASSWORD": QUOTED_VALUE}) + json.dumps({"p": QUOTED_VALUE})
+    assert QUOTED_VALUE not in mask_text(printed, values)
+    assert "päss" not in mask_text(printed, values) and "p\\u00e4ss" not in mask_text(
+        printed, values
+    )
+
+
 @pytest.mark.parametrize("form", FORM_CASES.values(), ids=FORM_CASES.keys())
 def test_each_encoded_or_reversed_form_of_a_value_is_masked(form):
     assert "+" in FORM_CASES["base64"] and "/" in FORM_CASES["base64"]
