@@ -68,7 +68,9 @@ def test_upload_a_png_attach_it_and_ask_about_it(chat, scripted_model, tmp_path)
     page.wait_for_selector("#attachment-note:has-text('does not accept images')", timeout=5000)
     ask(page, "What colour is this picture?")
     # The server's refusal (naming the image) takes the warning's place: said once.
-    refused = page.locator(":is(#attachment-note, #composer-error)", has_text="cannot be sent to it")
+    refused = page.locator(
+        ":is(#attachment-note, #composer-error)", has_text="cannot be sent to it"
+    )
     refused.first.wait_for()
     said = page.locator(":is(.composer-error, [role=alert], [role=status]):visible")
     assert said.filter(has_text="does not accept images").all_inner_texts() == [

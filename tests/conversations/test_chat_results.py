@@ -194,9 +194,7 @@ for n in (1, 2):
 """
 
 
-def test_a_reopened_conversation_with_png_charts_lands_at_its_latest_message(
-    chat, scripted_model
-):
+def test_a_reopened_conversation_with_png_charts_lands_at_its_latest_message(chat, scripted_model):
     """The charts of a reopened conversation load after the page has scrolled to its end
     (here: held back until then) and make the transcript taller: it stays at its end."""
     scripted_model.load(
@@ -214,7 +212,9 @@ def test_a_reopened_conversation_with_png_charts_lands_at_its_latest_message(
     wait_until_idle(page)
 
     held = []
-    page.route(lambda url: "/artifacts/tall_" in url and "&v=" not in url, lambda route: held.append(route))
+    page.route(
+        lambda url: "/artifacts/tall_" in url and "&v=" not in url, lambda route: held.append(route)
+    )
     with (
         page.expect_request(lambda request: "/artifacts/tall_1.png?inline=1" in request.url),
         page.expect_request(lambda request: "/artifacts/tall_2.png?inline=1" in request.url),
@@ -232,9 +232,12 @@ def test_a_reopened_conversation_with_png_charts_lands_at_its_latest_message(
     page.wait_for_function(
         "() => [...document.querySelectorAll('.tool-image img')].every((i) => i.complete && i.naturalHeight === 700)"
     )
-    page.evaluate("() => new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)))")
+    page.evaluate(
+        "() => new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)))"
+    )
     transcript = page.evaluate(
-        "() => { const t = document.getElementById('transcript'); return [t.scrollHeight, t.scrollTop, t.clientHeight]; }"
+        "() => { const t = document.getElementById('transcript');"
+        " return [t.scrollHeight, t.scrollTop, t.clientHeight]; }"
     )
     assert transcript[0] > transcript[2] + 700, transcript  # the charts made it scroll
     assert page.evaluate(TRANSCRIPT_AT_END), transcript

@@ -151,7 +151,9 @@ def test_conversations_are_grouped_by_day_with_their_time_and_twins_told_apart(c
 
 
 #: Whether a line of the list is shown whole (nothing cut off, across or down).
-SHOWN_WHOLE = "(line) => line.scrollWidth <= line.clientWidth && line.scrollHeight <= line.clientHeight"
+SHOWN_WHOLE = (
+    "(line) => line.scrollWidth <= line.clientWidth && line.scrollHeight <= line.clientHeight"
+)
 #: Whether a marked word lies within its (cut or whole) line's box.
 MARK_SHOWN = """(mark) => {
     const line = mark.closest(".label, .match").getBoundingClientRect();

@@ -183,7 +183,9 @@ def test_in_the_drawer_titles_cut_to_the_same_text_are_shown_whole(phone, alice)
     page.get_by_role("button", name="Your conversations").tap()
     assert page.locator("#sidebar").is_visible()
     # The drawer's first frame has been laid out (and observed).
-    page.evaluate("() => new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)))")
+    page.evaluate(
+        "() => new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)))"
+    )
     assert_told_apart(page, march, april, alone)
 
 
