@@ -10,7 +10,8 @@ A script is a JSON document (or the same structure as a Python dict/list):
   "responses": [STEP, ...],             # consumed in order, one per request
   "rules": [                            # checked first, in order
     {"match": "average tip", "when_tool": "run_python", "responses": [STEP, ...]}
-  ],
+  ],                                    # (more conditions: when_tool, unless_tool,
+                                        #  when_system, unless_system; see below)
   "untooled": STEP,                     # optional: answers requests sent without tools
   "fallback": STEP                      # when nothing else applies (default: a short text)
 }
@@ -19,11 +20,20 @@ A script is a JSON document (or the same structure as a Python dict/list):
 A bare list is the same as ``{"responses": [...]}``.
 
 A *rule* applies when its ``match`` regex (``re.search``, case-insensitive unless
-``"case": true``) finds the latest user message of the request and, when ``when_tool`` is
-given, the request offers a tool of that name. Rules are stateless: the step used is the
-number of assistant messages after that user message (0 for the first round of a turn, 1
-after one tool round, ...), so extra calls a runtime makes elsewhere never shift them.
-Past the end of a rule's steps, the fallback answers.
+``"case": true``) finds the latest user message of the request and each condition it has
+holds:
+
+- ``when_tool`` (a name or a list of names): the request offers every one of them;
+- ``unless_tool`` (a name or a list): the request offers none of them (a run restricted
+  to some tools, e.g. PAW's SQL questions without ``run_python``);
+- ``when_system`` (a regex, ``re.MULTILINE``, case as ``match``): it finds the request's
+  system messages (what the runtime told the model, e.g. the datasources of the run);
+- ``unless_system`` (a regex, likewise): it does not find them.
+
+Rules are stateless: the step used is the number of assistant messages after that user
+message (0 for the first round of a turn, 1 after one tool round, ...), so extra calls a
+runtime makes elsewhere never shift them. Past the end of a rule's steps, the fallback
+answers.
 
 ``untooled`` answers every request that carries no ``tools`` (the title and summary
 requests runtimes make on the side) without consuming anything; without it those requests
@@ -36,7 +46,9 @@ A STEP is a string (a text answer) or an object:
   that result without the paragraphs naming the files a call wrote (paw-agent's
   ``figures saved: …`` and ``files written: …``), for an answer that names them itself;
   ``{{images}}`` by what the request's image content parts held (:func:`images_text`:
-  media type, bytes and SHA-256 of each, or ``no images``).
+  media type, bytes and SHA-256 of each, or ``no images``); in a rule's steps,
+  ``{{system_match}}`` by what its ``when_system`` found (each match, its first group
+  when it has groups, once, joined by ``, ``).
 - ``expect_images``: the images the request must carry, in order, as a list of SHA-256
   hex digests of their bytes (or ``{"sha256", "media_type"?}`` objects); ``[]`` means none.
   A request that differs gets HTTP 400 naming what was expected and what came (and its
@@ -98,6 +110,17 @@ STEP_KEYS = {
 }
 
 
+RULE_KEYS = {
+    "match",
+    "case",
+    "responses",
+    "when_tool",
+    "unless_tool",
+    "when_system",
+    "unless_system",
+}
+
+
 class ScriptError(ValueError):
     """A script that cannot be used (unknown keys, wrong types, bad regex)."""
 
@@ -132,13 +155,60 @@ def _step(raw: Any, where: str) -> dict[str, Any]:
     return dict(raw)
 
 
+def _names(raw: Any, where: str) -> tuple[str, ...]:
+    """A rule's tool names (``when_tool`` / ``unless_tool``: a name or a list of names)."""
+    if raw is None:
+        return ()
+    names = [raw] if isinstance(raw, str) else raw
+    if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
+        raise ScriptError(f"{where}: a tool name or a list of tool names")
+    return tuple(names)
+
+
+def _regex(raw: Any, flags: int, where: str) -> re.Pattern[str] | None:
+    """A rule's regex (``match``, ``when_system``, ``unless_system``), or None when absent."""
+    if raw is None:
+        return None
+    if not isinstance(raw, str):
+        raise ScriptError(f"{where}: a regex is a string")
+    try:
+        return re.compile(raw, flags)
+    except re.error as exc:
+        raise ScriptError(f"{where}: bad regex: {exc}") from exc
+
+
 @dataclass
 class Rule:
-    """Steps chosen by a regex on the latest user message (see the module docstring)."""
+    """Steps chosen by a regex on the latest user message, under conditions on the
+    request's tools and system messages (see the module docstring)."""
 
     pattern: re.Pattern[str]
     steps: list[dict[str, Any]]
-    when_tool: str | None = None
+    when_tool: tuple[str, ...] = ()
+    unless_tool: tuple[str, ...] = ()
+    when_system: re.Pattern[str] | None = None
+    unless_system: re.Pattern[str] | None = None
+
+    def holds(self, tool_names: set[str], system: str) -> bool:
+        """Whether the conditions other than ``match`` hold for a request offering
+        ``tool_names`` whose system messages are ``system``."""
+        return (
+            all(name in tool_names for name in self.when_tool)
+            and not any(name in tool_names for name in self.unless_tool)
+            and (self.when_system is None or self.when_system.search(system) is not None)
+            and (self.unless_system is None or self.unless_system.search(system) is None)
+        )
+
+    def step(self, position: int, system: str) -> dict[str, Any]:
+        """The step for round ``position`` (it exists), ``{{system_match}}`` filled in."""
+        step = self.steps[position]
+        text = step.get("text")
+        if self.when_system is None or not text or "{{system_match}}" not in text:
+            return step
+        found = [
+            m.group(1) if m.re.groups else m.group(0) for m in self.when_system.finditer(system)
+        ]
+        return {**step, "text": text.replace("{{system_match}}", ", ".join(dict.fromkeys(found)))}
 
 
 @dataclass
@@ -203,15 +273,30 @@ class Script:
         for n, rule in enumerate(raw.get("rules") or []):
             if not isinstance(rule, dict) or not isinstance(rule.get("match"), str):
                 raise ScriptError(f"rules[{n}]: needs a match regex")
-            try:
-                pattern = re.compile(rule["match"], 0 if rule.get("case") else re.IGNORECASE)
-            except re.error as exc:
-                raise ScriptError(f"rules[{n}]: bad regex: {exc}") from exc
+            unknown = set(rule) - RULE_KEYS
+            if unknown:
+                raise ScriptError(f"rules[{n}]: unknown rule keys {sorted(unknown)}")
+            flags = 0 if rule.get("case") else re.IGNORECASE
             steps = [
                 _step(s, f"rules[{n}].responses[{i}]")
                 for i, s in enumerate(rule.get("responses") or [])
             ]
-            rules.append(Rule(pattern=pattern, steps=steps, when_tool=rule.get("when_tool")))
+            rules.append(
+                Rule(
+                    pattern=_regex(rule["match"], flags, f"rules[{n}]"),
+                    steps=steps,
+                    when_tool=_names(rule.get("when_tool"), f"rules[{n}].when_tool"),
+                    unless_tool=_names(rule.get("unless_tool"), f"rules[{n}].unless_tool"),
+                    when_system=_regex(
+                        rule.get("when_system"), flags | re.MULTILINE, f"rules[{n}].when_system"
+                    ),
+                    unless_system=_regex(
+                        rule.get("unless_system"),
+                        flags | re.MULTILINE,
+                        f"rules[{n}].unless_system",
+                    ),
+                )
+            )
         return cls(
             model=model,
             models=list(raw.get("models") or [model]),
@@ -255,12 +340,13 @@ class Script:
             return Choice(self.untooled, "untooled")
         prompt, position = latest_user_message(messages)
         tool_names = {(t.get("function") or {}).get("name") for t in tools if isinstance(t, dict)}
+        system = system_text(messages)
         for n, rule in enumerate(self.rules):
-            if rule.when_tool and rule.when_tool not in tool_names:
+            if not rule.holds(tool_names, system):
                 continue
             if prompt is not None and rule.pattern.search(prompt):
                 if position < len(rule.steps):
-                    return Choice(rule.steps[position], f"rules[{n}][{position}]")
+                    return Choice(rule.step(position, system), f"rules[{n}][{position}]")
                 return Choice(self.fallback, f"rules[{n}]:fallback")
         with self._lock:
             if self._cursor < len(self.responses):
@@ -284,6 +370,16 @@ def message_text(message: dict[str, Any]) -> str:
             part.get("text", "") if isinstance(part, dict) else str(part) for part in content
         )
     return ""
+
+
+def system_text(messages: list[dict[str, Any]]) -> str:
+    """The text of the request's ``system`` (and ``developer``) messages, joined by
+    newlines: what rules' ``when_system`` and ``unless_system`` search."""
+    return "\n".join(
+        message_text(m)
+        for m in messages
+        if isinstance(m, dict) and m.get("role") in ("system", "developer")
+    )
 
 
 def latest_user_message(messages: list[dict[str, Any]]) -> tuple[str | None, int]:
@@ -385,6 +481,8 @@ def images_expectation(step: dict[str, Any], images: list[dict[str, Any]]) -> st
         for image in images
     ]
     return f"expected images {json.dumps(expected)}, received {json.dumps(got)}"
+
+
 def previous_answers(messages: list[dict[str, Any]]) -> list[str]:
     """The texts of the ``assistant`` messages before the latest user message (the
     earlier turns' answers), newest first; empty ones left out."""

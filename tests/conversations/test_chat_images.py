@@ -46,6 +46,8 @@ def test_upload_a_png_attach_it_and_ask_about_it(chat, scripted_model, tmp_path)
     page = chat.page
     page.reload()  # the model picker lists the new provider
     page.wait_for_selector(".connection[data-state=connected]")
+    # The page has the providers' list (what it knows of vision) before the image is attached.
+    page.wait_for_selector("#model-picker optgroup[label=Eyes] option", state="attached")
     photo = tmp_path / "photo.png"
     photo.write_bytes(PHOTO)
     page.set_input_files("#file-input", str(photo))
@@ -63,13 +65,21 @@ def test_upload_a_png_attach_it_and_ask_about_it(chat, scripted_model, tmp_path)
     page.wait_for_selector("#attachment-tray .chip:has-text('photo.png')")
     # The automatic choice is the server default, whose model takes no images: said at
     # once, and the server refuses the message rather than sending it without the image.
-    # (Once the page has the providers' list: the warning may follow the click.)
     page.wait_for_selector("#attachment-note:has-text('does not accept images')", timeout=5000)
     ask(page, "What colour is this picture?")
-    error = page.locator("#composer-error")
-    error.wait_for()
-    assert "does not accept images" in error.inner_text()
-    assert "photo.png" in error.inner_text()
+    # The server's refusal (naming the image) takes the warning's place: said once.
+    refused = page.locator(
+        ":is(#attachment-note, #composer-error)", has_text="cannot be sent to it"
+    )
+    refused.first.wait_for()
+    said = page.locator(":is(.composer-error, [role=alert], [role=status]):visible")
+    assert said.filter(has_text="does not accept images").all_inner_texts() == [
+        refused.first.inner_text()
+    ]
+    refusal = page.locator("#attachment-note")
+    assert "does not accept images" in refusal.inner_text()
+    assert "photo.png" in refusal.inner_text()
+    assert page.locator("#composer-error").is_hidden()
     assert not Run.objects.filter(conversation=conversation).exists()
     assert scripted_model.log == []
 

@@ -121,6 +121,11 @@ def test_sql_and_python_results_show_as_tables_images_and_an_interactive_chart(
     assert rows[0][:2] == ["Fri", "19"]
     assert table.locator("caption").inner_text() == "tips · 4 rows"
     assert sql_row.locator(".save-example").count() == 0  # staff only
+    # The statement once (highlighted, not also plain among the arguments); the datasource
+    # is still named there.
+    assert sql_row.locator(".tool-body").inner_text().count("GROUP BY day") == 1
+    assert sql_row.locator(".tool-args dt").all_inner_texts() == ["datasource"]
+    assert sql_row.locator(".tool-args dd").inner_text() == "tips"
 
     # run_python: what it printed in a monospace block, its DataFrame as a table.
     python_row = page.locator(".tool[data-tool=run_python]")
@@ -168,6 +173,75 @@ def test_sql_and_python_results_show_as_tables_images_and_an_interactive_chart(
     page.reload()
     page.wait_for_selector(".tool-chart[data-state=drawn]", timeout=30_000)
     page.wait_for_selector(".tool[data-tool=run_sql] .result-table", state="attached")
+    body = page.locator(".tool[data-tool=run_sql] .tool-body")
+    assert body.text_content().count("GROUP BY day") == 1
+    assert_no_page_errors(chat)
+
+
+#: Whether the transcript is scrolled to its end (within a pixel).
+TRANSCRIPT_AT_END = """() => {
+    const t = document.getElementById("transcript");
+    return t.scrollHeight - t.scrollTop - t.clientHeight < 1;
+}"""
+TALL_CHARTS = """\
+import matplotlib.pyplot as plt
+
+for n in (1, 2):
+    plt.figure(figsize=(6, 7))
+    plt.plot([1, 2, 3], [n, 3, 2])
+    plt.savefig(f"tall_{n}.png", dpi=100)  # 600 x 700 pixels
+    plt.close("all")
+"""
+
+
+def test_a_reopened_conversation_with_png_charts_lands_at_its_latest_message(chat, scripted_model):
+    """The charts of a reopened conversation load after the page has scrolled to its end
+    (here: held back until then) and make the transcript taller: it stays at its end."""
+    scripted_model.load(
+        {
+            "api_key": SCRIPTED_API_KEY,
+            "responses": [
+                {"tool_calls": [{"name": "run_python", "arguments": {"code": TALL_CHARTS}}]},
+                "Two tall charts.",
+            ],
+        }
+    )  # fmt: skip
+    page = chat.page
+    ask(page, "two tall charts")
+    page.locator(".answer", has_text="Two tall charts.").wait_for(timeout=60_000)
+    wait_until_idle(page)
+
+    held = []
+    page.route(
+        lambda url: "/artifacts/tall_" in url and "&v=" not in url, lambda route: held.append(route)
+    )
+    with (
+        page.expect_request(lambda request: "/artifacts/tall_1.png?inline=1" in request.url),
+        page.expect_request(lambda request: "/artifacts/tall_2.png?inline=1" in request.url),
+    ):
+        page.reload()  # reopened
+    page.locator(".answer", has_text="Two tall charts.").wait_for()
+    images = page.locator(".tool-image img")
+    assert images.count() == 2
+    # Shown and scrolled to its end, the charts not loaded yet.
+    page.wait_for_function(TRANSCRIPT_AT_END)
+    assert images.evaluate_all("(all) => all.every((image) => !image.complete)")
+    assert len(held) == 2
+    for route in held:
+        route.continue_()
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('.tool-image img')].every((i) => i.complete && i.naturalHeight === 700)"
+    )
+    page.evaluate(
+        "() => new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)))"
+    )
+    transcript = page.evaluate(
+        "() => { const t = document.getElementById('transcript');"
+        " return [t.scrollHeight, t.scrollTop, t.clientHeight]; }"
+    )
+    assert transcript[0] > transcript[2] + 700, transcript  # the charts made it scroll
+    assert page.evaluate(TRANSCRIPT_AT_END), transcript
+    assert page.locator(".answer", has_text="Two tall charts.").is_visible()
     assert_no_page_errors(chat)
 
 

@@ -150,6 +150,76 @@ def test_conversations_are_grouped_by_day_with_their_time_and_twins_told_apart(c
     assert_no_page_errors(chat)
 
 
+#: Whether a line of the list is shown whole (nothing cut off, across or down).
+SHOWN_WHOLE = (
+    "(line) => line.scrollWidth <= line.clientWidth && line.scrollHeight <= line.clientHeight"
+)
+#: Whether a marked word lies within its (cut or whole) line's box.
+MARK_SHOWN = """(mark) => {
+    const line = mark.closest(".label, .match").getBoundingClientRect();
+    const box = mark.getBoundingClientRect();
+    return box.left >= line.left - 0.5 && box.right <= line.right + 0.5 && box.bottom <= line.bottom + 0.5;
+}"""
+#: A start longer than the sidebar's line holds.
+LONG_START = "Average tip by day for the restaurant's weekend bills of"
+
+
+def titles_cut_alike(alice) -> tuple[Conversation, Conversation, Conversation]:
+    """Two titles that differ only after what a line shows, and a long title of its own."""
+    march = Conversation.objects.create(user=alice, title=f"{LONG_START} March")
+    april = Conversation.objects.create(user=alice, title=f"{LONG_START} April")
+    alone = Conversation.objects.create(
+        user=alice, title="Quarterly numbers of the northern region, and the forecast"
+    )
+    return march, april, alone
+
+
+def assert_told_apart(page, march, april, alone) -> None:
+    for conversation in (march, april):  # whole, so the months show
+        label = item(page, conversation).locator(".label")
+        assert label.evaluate(SHOWN_WHOLE), conversation.title
+        assert label.inner_text() == conversation.title
+        assert item(page, conversation).locator(".item-id").count() == 0  # not twins
+    # A long title no other one starts like keeps its one, cut, line.
+    assert not item(page, alone).locator(".label").evaluate(SHOWN_WHOLE)
+
+
+def test_different_titles_cut_to_the_same_text_are_shown_whole(chat, alice):
+    page = chat.page
+    march, april, alone = titles_cut_alike(alice)
+    page.reload()
+    item(page, alone).wait_for()
+    assert_told_apart(page, march, april, alone)
+    assert_no_page_errors(chat)
+
+
+def test_a_search_hit_in_the_cut_part_of_a_title_or_snippet_is_shown(chat, alice):
+    page = chat.page
+    titled = Conversation.objects.create(
+        user=alice, title="Quarterly numbers of the northern region, with the Saturday forecast"
+    )
+    answered = Conversation.objects.create(user=alice, title="Untitled analysis")
+    Run.objects.create(
+        conversation=answered,
+        user=alice,
+        prompt="Which day was best?",
+        answer="Looking at every bill of the quarter, one by one and day by day, the best was "
+        "Saturday, with the highest total of tips.",
+        status="done",
+    )
+    page.reload()
+    item(page, answered).wait_for()
+    assert not item(page, titled).locator(".label").evaluate(SHOWN_WHOLE)  # cut before
+
+    page.get_by_role("searchbox", name="Search your conversations").fill("saturday")
+    item(page, titled).locator(".label mark").wait_for()
+    item(page, answered).locator(".match mark").wait_for()
+    assert item(page, titled).locator(".label mark").evaluate(MARK_SHOWN)
+    assert item(page, answered).locator(".match mark").evaluate(MARK_SHOWN)
+    assert item(page, answered).locator(".match").evaluate(SHOWN_WHOLE)
+    assert_no_page_errors(chat)
+
+
 def test_the_search_box_narrows_the_list_and_marks_the_words(chat, alice):
     page = chat.page
     tips = Conversation.objects.create(user=alice, title="Tips by weekday")

@@ -43,3 +43,57 @@ def test_the_demo_is_listed_once_when_it_is_the_only_provider(
         assert page.locator("#demo-banner").is_visible()
     finally:
         context.close()
+
+
+#: The chosen option's text and the room the select gives it: on one line when it fits
+#: (``textWidth`` + the arrow within ``inner``), else the height the text needs wrapped at
+#: that width (``wrapped``, laid out by the browser in a hidden probe) beside the select's
+#: content height (``content``).
+SHOWN_WRAPPED = """(arrow) => {
+    const select = document.getElementById("model-picker");
+    const style = getComputedStyle(select);
+    const text = select.options[select.selectedIndex].text;
+    const context = document.createElement("canvas").getContext("2d");
+    context.font = style.font;
+    const inner = select.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+    const probe = document.createElement("div");
+    probe.style.cssText = `position: absolute; visibility: hidden; white-space: normal; width: ${inner - arrow}px;
+        font: ${style.font}; line-height: ${style.lineHeight}; overflow-wrap: normal;`;
+    probe.textContent = text;
+    document.body.append(probe);
+    const wrapped = probe.getBoundingClientRect().height;
+    probe.remove();
+    const rect = select.getBoundingClientRect();
+    return {
+        text, textWidth: context.measureText(text).width, inner, wrapped,
+        content: select.clientHeight - parseFloat(style.paddingTop) - parseFloat(style.paddingBottom),
+        left: rect.left, right: rect.right, viewport: window.innerWidth,
+    };
+}"""
+
+
+def test_on_a_phone_the_demos_automatic_choice_is_shown_whole(
+    chromium, demo_only_server, celery_worker, make_user
+):
+    """The longest label the picker shows after `make run` ("Automatic: Scripted demo (no
+    AI) (scripted-demo)") is wider than a phone's screen: under *More* it wraps onto a
+    second line rather than being cut, within the screen."""
+    from tests.conversations.test_phone_and_accessibility import ARROW, PHONE
+
+    context = chromium.new_context(viewport=PHONE, is_mobile=True, has_touch=True)
+    try:
+        session = BrowserSession(context, demo_only_server)
+        session.sign_in_as(make_user("newcomer"))
+        page = session.page
+        page.goto(session.url("/"))
+        page.wait_for_function("() => document.querySelectorAll('#model-picker option').length > 1")
+        page.get_by_role("button", name="More").tap()
+        page.locator("#model-picker").wait_for()
+        shown = page.evaluate(SHOWN_WRAPPED, ARROW)
+        assert shown["text"] == "Automatic: Scripted demo (no AI) (scripted-demo)", shown
+        assert shown["textWidth"] + ARROW > shown["inner"], shown  # one line cannot hold it
+        assert shown["content"] >= shown["wrapped"] - 0.5, shown  # room for every line
+        assert shown["left"] >= 0 and shown["right"] <= shown["viewport"], shown
+        assert page.evaluate("() => document.documentElement.scrollWidth") <= PHONE["width"]
+    finally:
+        context.close()

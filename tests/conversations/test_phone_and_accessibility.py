@@ -172,6 +172,23 @@ def test_the_drawer_has_a_backdrop_and_closes_on_escape_or_a_tap_outside(phone, 
     assert not page.evaluate("() => document.getElementById('main').inert")
 
 
+def test_in_the_drawer_titles_cut_to_the_same_text_are_shown_whole(phone, alice):
+    """Laid out only when the drawer opens (hidden before): measured then."""
+    from tests.conversations.test_chat_sidebar import assert_told_apart, item, titles_cut_alike
+
+    page = phone.page
+    march, april, alone = titles_cut_alike(alice)
+    open_chat(phone, alice)
+    item(page, alone).wait_for(state="attached")
+    page.get_by_role("button", name="Your conversations").tap()
+    assert page.locator("#sidebar").is_visible()
+    # The drawer's first frame has been laid out (and observed).
+    page.evaluate(
+        "() => new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)))"
+    )
+    assert_told_apart(page, march, april, alone)
+
+
 # --- axe-core ---------------------------------------------------------------------------
 
 PAGES = ["sign-in", "chat", "chat-phone", "usage", "keys"]

@@ -219,3 +219,94 @@ def test_bad_questions_are_refused_and_leave_nothing_behind(api, other_api, db, 
     )
     assert theirs.status_code == 404
     assert (Conversation.objects.count(), Run.objects.count()) == before
+
+
+# --- the offline demo ---------------------------------------------------------------------
+
+DEMO_QUESTION = "average tip by day from the database"
+
+
+@pytest.fixture
+def demo_tips(tmp_path):
+    """The offline demo's datasource as `make run` makes it, and the demo's script."""
+    from secrets_vault.services import demo_datasource_ensure
+    from tests.processes import ROOT
+
+    return demo_datasource_ensure(
+        csv_path=ROOT / "sample_data" / "tips.csv", db_path=tmp_path / "demo" / "tips.sqlite3"
+    )
+
+
+def tool_calls_of(api, run: dict) -> list[str]:
+    """The names of the tools the run's agent called, in order (its stored events)."""
+    events = api.get(f"/api/conversations/{run['conversation_id']}/events?after=0&limit=1000")
+    return [
+        e["event"]["data"]["name"]
+        for e in events.json()["events"]
+        if e["run_id"] == run["id"]
+        and e["event"].get("type") == "notify"
+        and e["event"].get("kind") == "tool"
+    ]
+
+
+def test_the_demo_answers_a_sql_question_with_the_sql_tools_it_may_use(
+    api, celery_worker, scripted_model, demo_tips
+):
+    """`POST /api/sql/ask` on demo-tips with the demo's script: the query, its rows in the
+    answer and the result, the statement at the end; no run_python (the run may not use
+    it) and no chart to point at."""
+    from tests.scripts import demo_script
+
+    scripted_model.load(demo_script())
+    started = api.post(
+        "/api/sql/ask", {"datasource": "demo-tips", "question": DEMO_QUESTION}, format="json"
+    )
+    assert started.status_code == 202, started.json()
+    run = finished_run(api, started.json())
+    assert run["status"] == "done" and run["errors"] == [], run
+    assert tool_calls_of(api, run) == ["run_sql"]
+    result = run["result"]
+    assert result["datasource"] == "demo-tips"
+    assert result["columns"] == ["day", "bills", "average_tip"]
+    assert result["rows"] == [
+        ["Thur", 62, 2.77], ["Fri", 19, 2.73], ["Sat", 87, 2.99], ["Sun", 76, 3.26],
+    ]  # fmt: skip
+    answer = run["answer"]
+    assert "| Sun | 76 | 3.26 |" in answer and "from the **demo-tips** database" in answer
+    assert answer.endswith(f"```sql\n{result['sql']}\n```"), answer
+    for word in ("run_python", "chart", "not allowed", "refused"):
+        assert word not in answer.lower(), answer
+
+
+def test_the_demo_asked_about_another_datasource_does_not_query_demo_tips(
+    api, celery_worker, scripted_model, demo_tips, shop_file
+):
+    """With demo-tips on the server too (as after `make run`), a question about another
+    datasource, by `POST /api/sql/ask` and then in the chat: the demo queries nothing and
+    says it has no script for that datasource, naming it."""
+    from tests.scripts import demo_script
+
+    datasource_create(
+        slug="shop", name="Shop", dialect="sqlite", connection={"database": str(shop_file)}
+    )
+    scripted_model.load(demo_script())
+    asked = {"datasource": "shop", "question": "What did the shop sell per day, from the database?"}
+    started = api.post("/api/sql/ask", asked, format="json")
+    assert started.status_code == 202, started.json()
+    run = finished_run(api, started.json())
+    assert run["status"] == "done" and run["errors"] == [], run
+    assert tool_calls_of(api, run) == []
+    assert run["result"] is None
+    assert "scripted demo" in run["answer"] and "about **shop**" in run["answer"]
+    assert "from the **demo-tips** database" not in run["answer"]
+
+    # In the chat of that conversation (its datasource: shop), the demo's own question.
+    conversation = f"/api/conversations/{run['conversation_id']}"
+    chat = api.post(f"{conversation}/runs", {"prompt": DEMO_QUESTION}, format="json")
+    assert chat.status_code == 202, chat.json()
+    chat_run = finished_run(api, chat.json())
+    assert chat_run["status"] == "done" and chat_run["errors"] == [], chat_run
+    assert chat_run["datasources"] == ["shop"]
+    assert tool_calls_of(api, chat_run) == []
+    assert "gives it **shop**" in chat_run["answer"]
+    assert "from the **demo-tips** database" not in chat_run["answer"]

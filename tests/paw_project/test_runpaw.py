@@ -119,6 +119,12 @@ def _run_to_end(base: str, api: str, prompt: dict, token: str, paw) -> dict:
     (at most 120 s; ``paw``'s output in the failure)."""
     status, run = _call(base, "POST", f"{api}/runs", prompt, token)
     assert status == 202, run
+    return _wait_for_end(base, api, run, token, paw)
+
+
+def _wait_for_end(base: str, api: str, run: dict, token: str, paw) -> dict:
+    """Poll the started ``run`` of the conversation at ``api`` until it ends (at most
+    120 s; ``paw``'s output in the failure)."""
     deadline = time.monotonic() + 120
     while run["status"] not in ("done", "error", "cancelled"):
         assert time.monotonic() < deadline, f"the run did not finish: {run}\n{output_of(paw)}"
@@ -258,6 +264,19 @@ def test_embedded_paw_answers_a_sql_question_from_the_demo_datasource(tmp_path, 
         assert [t["name"] for t in tools] == ["run_sql", "run_python"]
         assert tools[0]["sql_result"]["row_count"] == 4
         assert tools[1]["files"] == ["tips_by_day.plotly.json", "tips_by_day.png"]
+
+        # The same question by POST /api/sql/ask, a run that may use only the SQL tools:
+        # the rows and the statement, no run_python and no chart to point at.
+        asked = {"datasource": "demo-tips", "question": prompt["prompt"]}
+        status, started = _call(base, "POST", "/api/sql/ask", asked, token)
+        assert status == 202, started
+        where = f"/api/conversations/{started['conversation_id']}"
+        sql_run = _wait_for_end(base, where, started, token, paw)
+        assert sql_run["status"] == "done" and sql_run["errors"] == [], (sql_run, output_of(paw))
+        assert sql_run["result"]["rows"] == result["rows"]
+        assert "| Sun | 76 | 3.26 |" in sql_run["answer"]
+        assert sql_run["answer"].endswith(f"```sql\n{result['sql']}\n```"), sql_run["answer"]
+        assert "run_python" not in sql_run["answer"] and "chart" not in sql_run["answer"]
         paw.send_signal(signal.SIGINT)
         assert paw.wait(timeout=60) == 0, output_of(paw)
     assert "Demo datasource 'demo-tips'" in output_of(paw)

@@ -218,6 +218,72 @@ def test_rules_pick_steps_by_round_and_fall_back_past_their_end():
     ]
 
 
+def tools(*names: str) -> list[dict]:
+    return [
+        {"type": "function", "function": {"name": n, "parameters": {"type": "object"}}}
+        for n in names
+    ]
+
+
+def test_rules_can_require_tools_offered_or_not_and_what_the_system_message_says():
+    """when_tool (all of a list), unless_tool, when_system / unless_system (multiline
+    regexes on the system messages), and {{system_match}} naming what when_system found."""
+    listing = "^- ([\\w-]+): .+ \\(sqlite\\)"
+    script = {
+        "rules": [
+            {"match": "chart", "when_tool": ["run_sql", "run_python"], "when_system": "^- demo: ",
+             "responses": ["sql and python on demo"]},
+            {"match": "tips", "when_tool": "run_sql", "unless_tool": "run_python",
+             "when_system": "^- demo: ", "responses": ["sql only on demo"]},
+            {"match": "", "when_tool": "run_sql", "unless_system": "^- demo: ",
+             "when_system": listing, "responses": ["not demo but {{system_match}}"]},
+        ],
+        "fallback": "fallback",
+    }  # fmt: skip
+
+    def system(*slugs: str) -> dict:
+        lines = ["You are an agent.", "- Paths are relative: no '..'.", "Datasources:"]
+        return {
+            "role": "system",
+            "content": "\n".join([*lines, *(f"- {s}: {s.title()} (sqlite)" for s in slugs)]),
+        }
+
+    with ScriptedModel(script) as model:
+        c = client(model)
+
+        def answer(messages, offered):
+            return (
+                c.chat.completions.create(model="m", messages=messages, tools=offered)
+                .choices[0]
+                .message.content
+            )
+
+        assert (
+            answer([system("demo"), user("tips chart")], tools("run_sql", "run_python"))
+            == "sql and python on demo"
+        )
+        assert answer([system("demo"), user("chart")], tools("run_sql")) == "fallback"
+        assert answer([system("demo"), user("tips")], tools("run_sql", "run_python")) == "fallback"
+        assert (
+            answer([system("shop", "demo"), user("tips")], tools("run_sql", "ask_user"))
+            == "sql only on demo"
+        )
+        assert answer([system("demo"), user("tips")], tools("run_python")) == "fallback"
+        assert (
+            answer([system("shop"), user("tips")], tools("run_sql", "run_python"))
+            == "not demo but shop"
+        )
+        assert (
+            answer([system("shop", "crm", "shop"), user("x")], tools("run_sql"))
+            == "not demo but shop, crm"
+        )
+        assert answer([system(), user("x")], tools("run_sql")) == "fallback"  # no datasource listed
+    assert [e["source"] for e in model.log] == [
+        "rules[0][0]", "fallback", "fallback", "rules[1][0]", "fallback", "rules[2][0]",
+        "rules[2][0]", "fallback",
+    ]  # fmt: skip
+
+
 def test_untooled_requests_consume_nothing():
     script = {"responses": ["first", "second"], "untooled": "A title"}
     with ScriptedModel(script) as model:
@@ -292,6 +358,12 @@ def test_bad_scripts_are_refused_with_the_place_named():
         Script.parse([{"txt": "typo"}])
     with pytest.raises(ScriptError, match=r"rules\[0\]: bad regex"):
         Script.parse({"rules": [{"match": "(", "responses": []}]})
+    with pytest.raises(ScriptError, match=r"rules\[0\]: unknown rule keys \['unles_tool'\]"):
+        Script.parse({"rules": [{"match": "x", "unles_tool": "run_python", "responses": []}]})
+    with pytest.raises(ScriptError, match=r"rules\[0\].when_system: bad regex"):
+        Script.parse({"rules": [{"match": "x", "when_system": "(", "responses": []}]})
+    with pytest.raises(ScriptError, match=r"rules\[0\].when_tool: a tool name or a list"):
+        Script.parse({"rules": [{"match": "x", "when_tool": [1], "responses": []}]})
     with pytest.raises(ScriptError, match="not valid JSON"):
         Script.parse("{")
 

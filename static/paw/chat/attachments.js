@@ -1,7 +1,8 @@
 // Images attached to the next message: the "Attach" toggle of each image in the files
 // panel, the tray above the composer listing what goes with the message, and a warning
 // when the chosen model does not accept images (the server refuses such a message with
-// 400 model_without_vision, shown under the composer: nothing is dropped silently).
+// 400 model_without_vision: its refusal then takes the warning's place, said once;
+// nothing is dropped silently).
 
 import { el } from "./dom.js";
 
@@ -19,8 +20,21 @@ export class AttachmentTray {
     this.note = note;
     this.picker = picker;
     this.selected = [];
+    this.refusal = ""; // the server's refusal of the last message, until something changes
     this.buttons = new Map(); // path → the toggles showing it (files panel)
-    picker.onProvider(() => this.render());
+    picker.onProvider(() => {
+      this.refusal = "";
+      this.render();
+    });
+  }
+
+  /**
+   * The server refused the message for its images (400 model_without_vision): `detail`,
+   * its words, shown in the warning's place until the images or the model change.
+   */
+  refused(detail) {
+    this.refusal = detail;
+    this.render();
   }
 
   /** The workspace paths attached to the next message, in the order chosen. */
@@ -33,11 +47,13 @@ export class AttachmentTray {
   }
 
   toggle(path) {
+    this.refusal = "";
     this.selected = this.has(path) ? this.selected.filter((p) => p !== path) : [...this.selected, path];
     this.render();
   }
 
   clear() {
+    this.refusal = "";
     this.selected = [];
     this.render();
   }
@@ -46,6 +62,7 @@ export class AttachmentTray {
   keepOnly(present) {
     const kept = this.selected.filter((path) => present.has(path));
     if (kept.length !== this.selected.length) {
+      this.refusal = "";
       this.selected = kept;
       this.render();
     }
@@ -95,9 +112,11 @@ export class AttachmentTray {
     this.tray.hidden = this.selected.length === 0;
     const vision = this.modelAcceptsImages();
     const warn = this.selected.length > 0 && vision.known && !vision.accepts;
-    this.note.textContent = warn
-      ? `The chosen model (${vision.model}) does not accept images: pick one that does, or detach the image.`
-      : "";
-    this.note.hidden = !warn;
+    this.note.textContent = this.refusal
+      ? this.refusal
+      : warn
+        ? `The chosen model (${vision.model}) does not accept images: pick one that does, or detach the image.`
+        : "";
+    this.note.hidden = !this.note.textContent;
   }
 }

@@ -62,7 +62,9 @@ export function setupComposer(page) {
       transcript.onChange();
       if (untitled) page.refreshConversation();
     } catch (error) {
-      showError(error.message);
+      // Refused for its images: said where the images' warning is, not a second time here.
+      if (error.code === "model_without_vision" && page.attachments) page.attachments.refused(error.message);
+      else showError(error.message);
     } finally {
       state.sending = false;
       updateRunControls();

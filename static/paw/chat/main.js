@@ -46,7 +46,7 @@ page.transcript = new Transcript(transcriptEl, {
     : null,
   onChange: () => {
     page.versions?.refresh();
-    if (state.stickToBottom) transcriptEl.scrollTop = transcriptEl.scrollHeight;
+    keepAtEnd();
     page.updateRunControls();
   },
 });
@@ -65,9 +65,23 @@ page.versions = new TurnVersions(page.transcript, {
     page.transcript.onChange();
   },
 });
+// The transcript stays at its end while the person has not scrolled away from it: when
+// it changes, and when an image in it loads after the page scrolled (the charts of a
+// reopened conversation load after it is shown, and make it taller). `load` does not
+// bubble: it is listened to on its way down.
+function keepAtEnd() {
+  if (state.stickToBottom) transcriptEl.scrollTop = transcriptEl.scrollHeight;
+}
 transcriptEl.addEventListener("scroll", () => {
   state.stickToBottom = nearBottom(transcriptEl);
 });
+transcriptEl.addEventListener(
+  "load",
+  (event) => {
+    if (event.target instanceof HTMLImageElement) keepAtEnd();
+  },
+  true,
+);
 
 page.approvals = new ApprovalPanels($("approvals"), {
   decide: async (approvalId, decision) => {

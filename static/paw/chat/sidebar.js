@@ -4,7 +4,9 @@
 // while an approval waits. Live over the person's own websocket (user_socket.js): every
 // change to one of their conversations arrives as its new state; on every (re)connect
 // the REST list is read again. A search box narrows the list (GET
-// /api/conversations?search=), the matched words marked.
+// /api/conversations?search=), the matched words marked. A title too long for its line
+// is cut, except where that would hide something: cut to the same text as another
+// title, or with a matched word in the cut part (a snippet too), it is shown whole.
 
 import { api, apiAll } from "./api.js";
 import { el, formatCountdown } from "./dom.js";
@@ -90,6 +92,9 @@ export class Sidebar {
     }
     // The time left of waiting approvals counts down here; nothing is fetched for it.
     setInterval(() => this.tick(), 1000);
+    // Where titles are cut depends on the list's width (and a hidden list, the drawer of a
+    // phone, has none): measured again whenever it changes.
+    new ResizeObserver(() => this.fitLines()).observe(list);
   }
 
   /** Read the whole list again (the REST API), then show it. */
@@ -197,7 +202,46 @@ export class Sidebar {
         ),
       ),
     );
+    this.fitLines();
     if (this.loaded) this.onChange([...this.conversations.values()]);
+  }
+
+  /**
+   * Show whole (wrapped) the lines whose cut would hide something: different titles cut
+   * to the same text, and a title or a search's snippet with a matched word in its cut
+   * part. The others keep their one line. Needs the list laid out: nothing is done while
+   * it is hidden.
+   */
+  fitLines() {
+    if (!this.list.clientWidth) return;
+    const lines = [...this.list.querySelectorAll(".label, .match")];
+    for (const line of lines) line.classList.remove("whole");
+    const context = (this.measure ||= document.createElement("canvas").getContext("2d"));
+    const titles = new Map(); // the text a cut title shows → its labels
+    const whole = new Set(); // measured first, then changed (one layout)
+    for (const line of lines) {
+      if (line.scrollWidth <= line.clientWidth) continue; // not cut
+      context.font = getComputedStyle(line).font;
+      const room = line.clientWidth - context.measureText("…").width; // before the ellipsis
+      const end = line.getBoundingClientRect().left + room;
+      if ([...line.querySelectorAll("mark")].some((mark) => mark.getBoundingClientRect().right > end + 1)) whole.add(line);
+      if (!line.classList.contains("label")) continue;
+      // The longest start of the title that fits before the ellipsis: what the line shows.
+      const text = line.textContent;
+      let fits = 0;
+      for (let low = 0, high = text.length; low <= high; ) {
+        const middle = (low + high) >> 1;
+        if (context.measureText(text.slice(0, middle)).width <= room) [fits, low] = [middle, middle + 1];
+        else high = middle - 1;
+      }
+      const shown = text.slice(0, fits);
+      titles.set(shown, [...(titles.get(shown) || []), line]);
+    }
+    for (const same of titles.values()) {
+      // Identical titles are told apart by their id instead.
+      if (new Set(same.map((label) => label.textContent)).size > 1) for (const label of same) whole.add(label);
+    }
+    for (const line of whole) line.classList.add("whole");
   }
 
   titleOf(conversation) {

@@ -76,7 +76,10 @@ function argumentList(args, raw) {
   return el(
     "dl",
     { class: "tool-args" },
-    ...Object.entries(args).flatMap(([key, value]) => [el("dt", {}, key), el("dd", {}, el("pre", {}, text(value)))]),
+    ...Object.entries(args).flatMap(([key, value]) => [
+      el("dt", { dataset: { arg: key } }, key),
+      el("dd", { dataset: { arg: key } }, el("pre", {}, text(value))),
+    ]),
   );
 }
 
@@ -280,6 +283,12 @@ class RunView {
     if (parts.length) {
       tool.body.querySelector(".tool-summary")?.remove();
       tool.body.append(el("div", { class: "tool-result" }, ...parts));
+    }
+    // The statement is shown highlighted above its rows: not a second time, plain, among
+    // the call's arguments (a failed run_sql has no result and keeps it there).
+    const query = sql && sql.sql ? tool.body.querySelector('.tool-args dd[data-arg="query"]') : null;
+    if (query && query.textContent.trim() === String(sql.sql).trim()) {
+      for (const node of tool.body.querySelectorAll('.tool-args [data-arg="query"]')) node.remove();
     }
     const figures = mediaFigures(data.files, this.transcript.artifactUrl, this.transcript.plotlyUrl);
     if (figures.length) {
