@@ -60,8 +60,11 @@ changepassword: $(VENV)/.installed
 	@export PAW_VAR_DIR="$(PAW_VAR_DIR)" PAW_SECRET_KEY="$${PAW_SECRET_KEY:-$$(cat "$(SECRET_KEY_FILE)" 2>/dev/null)}" && \
 	$(PY) manage.py changepassword "$(ADMIN_USER)"
 
+# The suite in PAW_TEST_WORKERS processes (0: one), a test file's tests kept together in one
+# (its module fixtures are started once); each process has databases of its own.
+PAW_TEST_WORKERS ?= 2
 test: $(VENV)/.installed-dev
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PAW_TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 lint: $(VENV)/.installed-dev
 	$(VENV)/bin/ruff check .

@@ -20,7 +20,11 @@ from urllib.parse import quote, unquote, urlsplit
 
 import pytest
 
-DATABASE = os.environ["PAW_TEST_DATABASE_URL"].rsplit("/", 1)[-1]
+#: The tests' own database: named after the test PostgreSQL database, one per parallel
+#: worker (``paw_test_gw0``...).
+DATABASE = os.environ["PAW_TEST_DATABASE_URL"].rsplit("/", 1)[-1] + (
+    f"_{os.environ['PYTEST_XDIST_WORKER']}" if os.environ.get("PYTEST_XDIST_WORKER") else ""
+)
 
 
 def _server() -> Any:

@@ -103,6 +103,32 @@ TEST_DATABASE_URL = _private_url(
     ),
 )
 TEST_REDIS_URL = _private_url("Redis", "PAW_TEST_REDIS_URL", 6379, private_servers.start_redis)
+
+#: The parallel worker this process is (pytest-xdist's ``gw0``, ``gw1``…; ``make test``
+#: runs two), or "" for a session on its own. Each worker has a PostgreSQL test database
+#: of its own (pytest-django names it ``test_<name>_gw0``), and so a MariaDB database
+#: (``tests.mariadb``) and a Redis database: worker N uses the configured number minus
+#: 2N, so its queues, channel layer and throttles are its own (and the number with the
+#: lowest bit flipped stays free for ``tests.processes.private_redis_url``).
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+
+
+def _worker_redis_url(url: str, worker: str) -> str:
+    """``url`` with its database number moved down by twice the worker's index."""
+    if not worker:
+        return url
+    index = int(worker.removeprefix("gw") or 0)
+    parts = urlsplit(url)
+    number = int(parts.path.strip("/") or 0) - 2 * index
+    if number < 0:
+        raise pytest.UsageError(
+            f"PAW_TEST_REDIS_URL's database {parts.path.strip('/') or 0} leaves no Redis "
+            f"database for parallel worker {worker}: use a higher number (15) or fewer workers."
+        )
+    return urlunsplit(parts._replace(path=f"/{number}"))
+
+
+TEST_REDIS_URL = _worker_redis_url(TEST_REDIS_URL, XDIST_WORKER)
 TEST_MARIADB_URL = os.environ.get("PAW_TEST_MARIADB_URL", "mysql://root@127.0.0.1:3306/test")
 TEST_VAR_DIR = tempfile.mkdtemp(prefix="paw-test-")
 

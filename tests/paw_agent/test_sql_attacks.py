@@ -88,7 +88,10 @@ def _pg_state(connect) -> tuple:
         rows = conn.execute("SELECT count(*), sum(total) FROM attack_orders").fetchone()
         sequence = conn.execute("SELECT last_value, is_called FROM attack_seq").fetchone()
         objects = conn.execute("SELECT count(*) FROM pg_largeobject_metadata").fetchone()[0]
-        locks = conn.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'")
+        locks = conn.execute(  # this database's only: another session's tests hold their own
+            "SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database "
+            "WHERE l.locktype = 'advisory' AND d.datname = current_database()"
+        )
         return rows, sequence, objects, locks.fetchone()[0]
 
 

@@ -69,6 +69,20 @@ def remember(*values: str) -> None:
         _known.update(v for v in values if isinstance(v, str) and len(v) >= MIN_MASKED_LENGTH)
 
 
+def forget(*values: str) -> None:
+    """Stop looking for ``values`` (a test that made a plain word a secret on purpose —
+    a host, a database name — forgets it, or every later response naming that host would
+    be a "leak"): from the values remembered here and those registered for masking."""
+    from secrets_vault import masking
+
+    with _known_lock:
+        _known.difference_update(values)
+    with masking._known_lock:  # the registry has no public way to forget: tests only
+        for value in values:
+            masking._known.pop(value, None)
+            masking._known_for_logs.pop(value, None)
+
+
 def known_secret_values() -> set[str]:
     """Every secret value the scan looks for now (see the module docstring)."""
     from django.conf import settings

@@ -252,8 +252,9 @@ def test_examples_are_checked_on_mariadb_read_only(operator_client, mariadb):
     assert write.status_code == 400 and write.json()["code"] == "example_not_a_read"
     slow_sql = (
         "SELECT count(*) FROM information_schema.collations AS a, "
-        "information_schema.collations AS b, information_schema.collations AS c"
-    )  # a read that takes minutes
+        "information_schema.collations AS b, information_schema.collations AS c, "
+        "information_schema.collations AS d"
+    )  # a read of some 10^10 rows: hours
     slow = post_example(operator_client, "maria", "Slow", slow_sql)
     assert slow.status_code == 400 and "max_statement_time" in slow.json()["detail"]
 
