@@ -222,6 +222,7 @@ def test_a_reopened_conversation_with_png_charts_lands_at_its_latest_message(cha
         page.reload()  # reopened
     page.locator(".answer", has_text="Two tall charts.").wait_for()
     images = page.locator(".tool-image img")
+    images.nth(1).wait_for(state="attached")  # a busy machine read the count before they were in
     assert images.count() == 2
     # Shown and scrolled to its end, the charts not loaded yet.
     page.wait_for_function(TRANSCRIPT_AT_END)

@@ -75,7 +75,7 @@ def test_average_tip_by_day_becomes_a_spreadsheet_and_a_chart(start, model, work
     code_repr = calls[0][0]["args"]["code"]
     assert code_repr.startswith("'import glob") and len(code_repr) <= 100
     # The whole code too, for people to read what ran (the short repr is the protocol's).
-    tips_rule = next(r for r in Script.load("demo").rules if r.when_tool == "run_python")
+    tips_rule = next(r for r in Script.load("demo").rules if r.when_tool == ("run_python",))
     demo_code = tips_rule.steps[0]["tool_calls"][0]["arguments"]["code"]
     assert calls[0][0]["input"] == {"code": demo_code}
     assert notifies(lines, "tool_running") == ["run_python"]

@@ -108,6 +108,7 @@ def test_the_sandbox_gets_a_fresh_environment_private_folders_and_the_configured
             ],
         }
     )
+    scripted_model.clear_log()  # this test's requests only (the session's model served others)
     conversation = ConversationFactory()
     workspace = workspace_ensure(conversation.id)
     run = run_start(

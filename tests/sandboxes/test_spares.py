@@ -112,6 +112,7 @@ def run_python(scripted_model, conversation, code: str = DUMP) -> Run:
             ],
         }
     )
+    scripted_model.clear_log()  # this test's requests only (the session's model served others)
     run = run_start(user=conversation.user, conversation_id=conversation.id, prompt="Look.")
     run = wait_for(lambda: finished(run.id), timeout=60)
     assert run.status == Run.Status.DONE, run.errors
