@@ -41,6 +41,27 @@ def _flatten(detail: Any) -> str:
     return str(detail)
 
 
+def _field_messages(detail: Any, prefix: str = "") -> dict[str, list[str]]:
+    """DRF's validation detail as ``{field: [message, ...]}``, one level deep: the errors of
+    a list's items and of a nested object get dotted names (``answers.1``, ``options.x``),
+    so every value is a list of strings, as the API's ``Error`` schema says."""
+    if isinstance(detail, dict):
+        fields: dict[str, list[str]] = {}
+        for name, value in detail.items():
+            fields.update(_field_messages(value, f"{prefix}.{name}" if prefix else str(name)))
+        return fields
+    if isinstance(detail, list) and any(isinstance(item, (dict, list)) for item in detail):
+        fields = {}
+        for index, item in enumerate(detail):
+            if isinstance(item, (dict, list)):
+                fields.update(_field_messages(item, f"{prefix}.{index}" if prefix else str(index)))
+            else:
+                fields.setdefault(prefix or "non_field_errors", []).append(str(item))
+        return fields
+    messages = detail if isinstance(detail, list) else [detail]
+    return {prefix or "non_field_errors": [str(message) for message in messages]}
+
+
 def _first_code(codes: Any, default: str) -> str:
     """The first machine code found in DRF's ``get_codes()`` structure."""
     if isinstance(codes, str):
@@ -57,7 +78,7 @@ def error_body(exc: exceptions.APIException) -> dict[str, Any]:
     """``{"detail", "code"}`` (plus ``fields`` for validation errors) for a DRF exception."""
     detail = exc.detail
     if isinstance(exc, exceptions.ValidationError):
-        fields = detail if isinstance(detail, dict) else {"non_field_errors": detail}
+        fields = _field_messages(detail)
         code = _first_code(exc.get_codes(), "invalid")
         return {"detail": _flatten(detail) or "Invalid input.", "code": code, "fields": fields}
     if isinstance(detail, dict) and "detail" in detail:

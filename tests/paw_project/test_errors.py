@@ -31,6 +31,24 @@ class EchoApi(APIView):
         return Response(data.validated_data)
 
 
+class StyleSerializer(serializers.Serializer):
+    colour = serializers.ChoiceField(choices=["red", "blue"])
+
+
+class NestedApi(APIView):
+    permission_classes = (AllowAny,)
+
+    class InputSerializer(serializers.Serializer):
+        answers = serializers.ListField(child=serializers.CharField(max_length=3))
+        options = serializers.DictField(child=serializers.IntegerField())
+        style = StyleSerializer()
+
+    def post(self, request):
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        return Response(data.validated_data)
+
+
 class DomainApi(APIView):
     permission_classes = (AllowAny,)
 
@@ -93,6 +111,7 @@ urlpatterns = [
     path("api/domain/<str:which>", DomainApi.as_view()),
     path("api/private", PrivateApi.as_view()),
     path("api/throttled", ThrottledApi.as_view()),
+    path("api/nested", NestedApi.as_view()),
     path("api/upload", UploadApi.as_view()),
     path("api/plain-form", plain_django_form),
 ]
@@ -107,6 +126,23 @@ def test_validation_error_names_fields_in_one_sentence(client):
     assert body["code"] in {"max_length", "required"}
     assert "prompt:" in body["detail"] and "count:" in body["detail"]
     assert set(body["fields"]) == {"prompt", "count"}
+
+
+def test_the_errors_of_list_items_and_nested_objects_are_lists_of_strings_with_dotted_names(
+    client,
+):
+    """DRF reports a list's item errors as ``{"1": [...]}`` and a nested object's as a dict;
+    ``fields`` gives every one a dotted name and a list of strings (the Error schema)."""
+    body = {"answers": ["ok", "", "toolong"], "options": {"a": "x"}, "style": {"colour": "green"}}
+    response = client.post("/api/nested", body, content_type="application/json")
+    assert response.status_code == 400
+    fields = response.json()["fields"]
+    assert set(fields) == {"answers.1", "answers.2", "options.a", "style.colour"}
+    assert all(
+        isinstance(messages, list) and messages and all(isinstance(m, str) for m in messages)
+        for messages in fields.values()
+    ), fields
+    assert "answers:" in response.json()["detail"]
 
 
 def test_malformed_json_is_a_400_parse_error(client):
