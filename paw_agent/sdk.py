@@ -11,7 +11,7 @@ import): the packages ``openai``, ``openai.types`` and ``openai.types.shared`` a
 registered as bare packages (their folders, their ``__init__`` not run), so importing a
 submodule of them loads that submodule alone; and httpx is imported without its command
 line (``httpx._main``, which httpx itself treats as optional). The result was 25 MB and
-0.2 s in the same measure (README, Performance).
+0.2 s in the same measure (docs/performance.md).
 
 These are private modules of the SDK: when a version does not have them where this
 expects (``ImportError``, ``AttributeError``), the partial import is undone and the whole

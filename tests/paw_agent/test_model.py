@@ -249,7 +249,7 @@ print(json.dumps({"lean": sdk.lean, "loaded": [m for m in %r if sys.modules.get(
 
 def test_only_the_sdks_client_is_loaded_not_its_api_types(tmp_path):
     """paw-agent's memory: the SDK's client modules, not the ~45 MB of ``import openai``
-    (README, Performance); the model calls themselves are the other tests of this file."""
+    (docs/performance.md); the model calls themselves are the other tests of this file."""
     done = subprocess.run(
         [str(VENV_BIN / "python"), "-c", LOAD % (UNUSED,)],
         capture_output=True,
