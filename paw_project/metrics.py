@@ -3,7 +3,7 @@
 Code where a thing happens calls one function of this module (``run_finished``,
 ``sandbox_spawned``, ...); what is counted, under which name and labels, is decided here.
 The names are the public interface (the Grafana dashboard in ``deploy/`` and operators'
-alerts use them), listed in the README's *Metrics* section.
+alerts use them), listed in docs/operations.md, *Metrics (Prometheus)*.
 
 One registry per process (prometheus_client's default ``REGISTRY``, which django-prometheus
 uses for the HTTP metrics too): every process is scraped on its own endpoint (a web
@@ -11,7 +11,7 @@ process at ``/metrics``, a worker node on ``PAW_WORKER_METRICS_PORT``), and Prom
 adds the series of all processes up (``sum(rate(...))``). Counters therefore count what
 happened *in this process*: a run is counted as started by the web process that accepted
 it and as finished by the process that ended it (the worker node, mostly). See
-:mod:`paw_project.metrics_http` for the endpoints and the README for why it is not
+:mod:`paw_project.metrics_http` for the endpoints and docs/operations.md for why it is not
 prometheus_client's multiprocess mode.
 
 Label values that come from outside PAW's code (a runtime's error codes, the model a

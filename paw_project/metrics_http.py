@@ -1,8 +1,8 @@
 """Where Prometheus scrapes PAW: ``GET /metrics`` on every web process, and a small HTTP
 endpoint of each worker node (``PAW_WORKER_METRICS_PORT``).
 
-One endpoint per process (not prometheus_client's multiprocess mode; the README says
-why): each answers with its own process's registry (:mod:`paw_project.metrics` and
+One endpoint per process (not prometheus_client's multiprocess mode; docs/operations.md
+says why): each answers with its own process's registry (:mod:`paw_project.metrics` and
 django-prometheus's HTTP metrics). A web process adds what waits across the whole
 installation, read from the database at each scrape (``paw_runs_queued``,
 ``paw_approvals_pending``: the same on every web process, so dashboards take ``max``).
