@@ -1,5 +1,5 @@
 """The messages of a conversation's live channel, built from stored rows: what the
-websocket sends (README: "Live events and approvals") and the channel layer carries."""
+websocket sends (docs/api.md, "Websockets") and the channel layer carries."""
 
 from __future__ import annotations
 
