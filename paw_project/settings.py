@@ -1,7 +1,7 @@
 """PAW settings: every value comes from an environment variable prefixed ``PAW_``.
 
-Each variable is listed in the README with its default. Production differs from a laptop
-only by environment; secrets have no production defaults. Two modes follow from
+Each variable is listed in docs/settings.md with its default. Production differs from a
+laptop only by environment; secrets have no production defaults. Two modes follow from
 ``PAW_REDIS_URL``:
 
 * empty (the default): *embedded* mode: one process serves HTTP/websockets, runs a Celery

@@ -1,4 +1,4 @@
-"""URL routes. Each app adds its own under ``/api/`` and the page routes; see the README."""
+"""URL routes. Each app adds its own under ``/api/`` and the page routes; see docs/api.md."""
 
 from __future__ import annotations
 

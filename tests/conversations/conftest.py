@@ -20,7 +20,7 @@ CHROMIUM = "/usr/bin/chromium"
 UPLOAD_LIMIT = 1024 * 1024
 ARTIFACTS = ROOT / "test-artifacts"
 # What the machine's closed network needs (no background fetches) and root needs (no
-# sandbox): see the README's browser-test notes.
+# sandbox): see docs/development.md, *What the tests use*.
 CHROMIUM_ARGS = [
     "--no-sandbox",
     "--disable-gpu",

@@ -46,7 +46,7 @@ SERVER_VARIABLES = (
     "PAW_VAR_DIR",
     "PAW_WORKSPACE_ROOT",
 )
-# The base environment of every sandbox (README "The process"): a worker variable of the
+# The base environment of every sandbox (docs/runtime.md, "The process"): a worker variable of the
 # same name may reach the sandbox only with the sandbox's own value.
 BASE = {
     "PATH", "LANG", "LC_ALL", "HOME", "TMPDIR", "NO_PROXY", "no_proxy", "PYTHONUNBUFFERED",
