@@ -16,6 +16,7 @@ from __future__ import annotations
 import uuid
 
 from celery import current_app
+from django.db import transaction
 
 from sandboxes.selectors import live_sandbox_nodes, owner_node
 
@@ -68,3 +69,15 @@ def sandbox_stop_enqueue(*, conversation_id: uuid.UUID, node: str | None = None)
     closed as stale: the live row then names another node, which must be left be)."""
     for owner in {node} if node else live_sandbox_nodes(conversation_id):
         _send(TASK_SANDBOX_STOP_DELIVER, [str(conversation_id)], node_queue(owner))
+
+
+def sandbox_stop_on_commit(*, conversation_id: uuid.UUID) -> None:
+    """Inside a transaction that deletes the conversation: read the nodes owning its live
+    sandboxes now (the rows naming them go with it) and ask each to shut its sandbox down
+    once the transaction commits (nothing is asked if it rolls back). Sent before the
+    commit, a node could stop the process and record its end while the delete held the
+    conversation's rows, and the two transactions deadlocked."""
+    for owner in live_sandbox_nodes(conversation_id):
+        transaction.on_commit(
+            lambda owner=owner: sandbox_stop_enqueue(conversation_id=conversation_id, node=owner)
+        )

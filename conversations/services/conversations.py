@@ -18,7 +18,7 @@ from conversations.services.live_status import (
 )
 from conversations.services.workspaces import workspace_ensure, workspace_remove
 from paw_project.errors import Conflict, InvalidRequest
-from sandboxes.enqueue import sandbox_stop_enqueue
+from sandboxes.enqueue import sandbox_stop_enqueue, sandbox_stop_on_commit
 from secrets_vault.services import datasources_validate, provider_choice_check
 
 UPDATABLE_FIELDS = (
@@ -127,8 +127,9 @@ def conversation_delete(*, user: User, conversation_id: UUID | str) -> None:
     with transaction.atomic():
         conversation = conversation_get(user=user, conversation_id=conversation_id, for_update=True)
         deleted_id = conversation.id
-        # Before the delete: the sandbox rows (which name the owning node) go with it.
-        sandbox_stop_enqueue(conversation_id=deleted_id)
+        # Read before the delete (the sandbox rows naming the owning node go with it), sent
+        # after the commit.
+        sandbox_stop_on_commit(conversation_id=deleted_id)
         conversation.delete()
         transaction.on_commit(lambda: workspace_remove(deleted_id))
         # Its open tabs are closed (4404), not left waiting on a run that is gone.
@@ -149,5 +150,6 @@ def conversation_session_reset(*, user: User, conversation_id: UUID | str) -> Co
             )
         conversation.memory_since = timezone.now()
         conversation.save(update_fields=["memory_since", "updated_at"])
-        sandbox_stop_enqueue(conversation_id=conversation.id)
+        reset_id = conversation.id
+        transaction.on_commit(lambda: sandbox_stop_enqueue(conversation_id=reset_id))
     return conversation

@@ -218,9 +218,7 @@ def events_store(*, events: dict[UUID, Sequence[StoredEvent]]) -> set[UUID]:
         present = _cursors_raised(
             {cid: max(e.cursor for e in batch) for cid, batch in events.items()}, now
         )
-        rows = [
-            (cid, event) for cid in sorted(present) for event in events[cid]
-        ]
+        rows = [(cid, event) for cid in sorted(present) for event in events[cid]]
         if rows:
             _insert(rows, now)
     return set(events) - present

@@ -9,11 +9,15 @@ import os
 import signal
 
 import pytest
+from celery.signals import before_task_publish
+from django.db import transaction
 
 from conversations.models import Approval, Conversation, Run, RunEvent
 from conversations.selectors.workspaces import workspace_path
+from conversations.services.conversations import conversation_delete
 from conversations.services.runs import run_cancel, run_start
 from paw_project.errors import Conflict
+from sandboxes.enqueue import TASK_SANDBOX_STOP_DELIVER, node_queue
 from sandboxes.models import Sandbox
 from tests.conftest import PAW_AGENT, SCRIPTED_API_KEY, api_client_for
 from tests.factories import ConversationFactory
@@ -331,6 +335,32 @@ def test_deleting_a_conversation_stops_its_sandbox_and_removes_its_workspace(
     wait_for(lambda: gone(sandbox), what="the sandbox's processes to end")
     wait_for(lambda: not workspace_path(conversation.id).exists(), what="the workspace to go")
     assert not Conversation.objects.filter(id=conversation.id).exists()
+
+
+def test_a_deleted_conversation_s_sandbox_is_stopped_once_the_delete_commits(
+    celery_worker, scripted_model
+):
+    """Sent inside the delete's transaction, the stop reached the node while the delete held
+    the conversation's rows; the node recorded the sandbox's end (its row, then the run's)
+    and the delete (the run's rows, then the sandbox's) deadlocked: 500 one run in ten."""
+    scripted_model.load(SCRIPT)
+    conversation = ConversationFactory()
+    sandbox = a_finished_run_with_a_live_sandbox(conversation, api_client_for(conversation.user))
+    published: list[tuple[str, str]] = []
+
+    def published_task(sender=None, routing_key=None, **kwargs):
+        published.append((sender, routing_key))
+
+    before_task_publish.connect(published_task)
+    try:
+        with transaction.atomic():
+            conversation_delete(user=conversation.user, conversation_id=conversation.id)
+            assert published == []  # nothing reaches a node before the delete is committed
+        assert published == [(TASK_SANDBOX_STOP_DELIVER, node_queue(sandbox.node))]
+    finally:
+        before_task_publish.disconnect(published_task)
+    wait_for(lambda: gone(sandbox), what="the sandbox's processes to end")
+    wait_for(lambda: not workspace_path(conversation.id).exists(), what="the workspace to go")
 
 
 def test_forgetting_the_session_stops_the_sandbox_and_the_next_one_starts_afresh(
