@@ -41,7 +41,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -68,16 +67,38 @@ class ThreadSet:
         ]
         self._busy = [0] * count
 
-    @contextlib.asynccontextmanager
-    async def use(self) -> AsyncIterator[None]:
+    def use(self) -> _Lease:
+        """An async context manager: the block's thread-sensitive work runs on the least
+        busy executor, counted busy until the block ends."""
+        return _Lease(self)
+
+
+class _Lease:
+    """One use of a :class:`ThreadSet`'s executor, as a plain async context manager: an
+    ``asynccontextmanager`` generator closed with the request's coroutine (a server that
+    stops with sockets open lets them be collected) raised "generator didn't stop after
+    athrow()" instead of letting ``GeneratorExit`` through."""
+
+    def __init__(self, threads: ThreadSet) -> None:
+        busy = threads._busy
+        self._busy = busy
         # All of this runs on the event loop: no lock.
-        index = min(range(len(self._busy)), key=self._busy.__getitem__)
-        self._busy[index] += 1
+        self._index = min(range(len(busy)), key=busy.__getitem__)
+        self._context = ThreadSensitiveContext(executor=threads._executors[self._index])
+
+    async def __aenter__(self) -> None:
+        self._busy[self._index] += 1
         try:
-            async with ThreadSensitiveContext(executor=self._executors[index]):
-                yield
+            await self._context.__aenter__()
+        except BaseException:
+            self._busy[self._index] -= 1
+            raise
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        try:
+            await self._context.__aexit__(*exc_info)
         finally:
-            self._busy[index] -= 1
+            self._busy[self._index] -= 1
 
 
 class SyncStackASGIHandler(ASGIHandler):

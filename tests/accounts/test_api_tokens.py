@@ -210,6 +210,8 @@ async def test_a_token_opens_the_websocket_and_deleting_it_closes_that_socket_on
     refused = WebsocketCommunicator(application, f"{path}?token={dropped_value}", origin)
     await refused.connect()
     assert await refused.receive_output(timeout=5) == {"type": "websocket.close", "code": 4401}
+    for tab in (by_query, refused):
+        await tab.disconnect()
 
 
 # --- the API keys page --------------------------------------------------------------------

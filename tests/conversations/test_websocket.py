@@ -163,7 +163,9 @@ async def test_batch_frames_carry_every_event_once_in_order_live_and_replayed(fa
         ]
     )()
     assert not [m for m in frames if m["type"] == "run.event"]
-    received = [(e["cursor"], e["event"]) for m in frames if m["type"] == "run.events" for e in m["events"]]
+    received = [
+        (e["cursor"], e["event"]) for m in frames if m["type"] == "run.events" for e in m["events"]
+    ]
     assert received == stored
     assert "".join(p.get("text", "") for _, p in stored if p["type"] == "delta") == "".join(
         f"{n} " for n in range(1, 301)
@@ -355,6 +357,7 @@ async def close_code(conversation_id, headers, path_suffix="") -> int:
     assert connected
     output = await communicator.receive_output(timeout=5)
     assert output["type"] == "websocket.close"
+    await communicator.disconnect()  # the consumer ends: no task left pending at the loop's end
     return output["code"]
 
 
@@ -430,7 +433,8 @@ async def test_revoking_tokens_closes_the_sockets_opened_with_them(db):
         assert await tab.receive_output(timeout=5) == {"type": "websocket.close", "code": 4401}
     await other.send_json_to({"type": "ping"})
     assert await other.receive_json_from() == {"type": "pong"}
-    await other.disconnect()
+    for tab in (integration, browser, other):
+        await tab.disconnect()
 
 
 async def test_deleting_a_conversation_closes_its_open_sockets(db):
@@ -445,7 +449,8 @@ async def test_deleting_a_conversation_closes_its_open_sockets(db):
     assert await tab.receive_output(timeout=5) == {"type": "websocket.close", "code": 4404}
     await elsewhere.send_json_to({"type": "ping"})
     assert await elsewhere.receive_json_from() == {"type": "pong"}
-    await elsewhere.disconnect()
+    for socket in (tab, elsewhere):
+        await socket.disconnect()
 
 
 async def test_signing_out_closes_that_sessions_sockets_only(db):

@@ -168,6 +168,9 @@ class Runtime:
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(5)
         self._pumped.join(5)
+        for pipe in (self.process.stdin, self.process.stdout):  # its pipes, read or not
+            with contextlib.suppress(OSError):
+                pipe.close()
         self.stderr_file.close()
 
 
