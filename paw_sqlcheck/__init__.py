@@ -43,7 +43,8 @@ from typing import Any
 from paw_sqlcheck.allowlist import FUNCTIONS, READ_NODES, SYNTAX_FUNCTIONS
 
 __all__ = [
-    "DIALECTS", "MAX_SQL_CHARS", "POSTGRESQL_SESSION_OPTIONS", "SessionMismatch", "Verdict",
+    "DIALECTS", "MAX_NESTING", "MAX_SQL_BYTES", "MAX_SQL_CHARS", "POSTGRESQL_SESSION_OPTIONS",
+    "SessionMismatch", "Verdict",
     "is_read", "judge", "mysql_mode_lexes_as_parsed", "mysql_sql_mode",
 ]  # fmt: skip
 
@@ -55,8 +56,17 @@ DIALECTS = {
 #: sqlglot's name for each dialect.
 _SQLGLOT = {"postgresql": "postgres", "mysql": "mysql", "sqlite": "sqlite"}
 _LABELS = {"postgresql": "PostgreSQL", "mysql": "MySQL / MariaDB", "sqlite": "SQLite"}
-#: Longer statements are not judged (not a read): parsing time stays bounded.
-MAX_SQL_CHARS = 100_000
+#: Longer statements (in bytes of UTF-8) are not judged (not a read), before they are
+#: tokenized: parsing time and memory stay bounded. ``MAX_SQL_CHARS`` is its older name.
+MAX_SQL_BYTES = 100_000
+MAX_SQL_CHARS = MAX_SQL_BYTES
+#: Deepest nesting judged, counted on the tokens before parsing (:func:`_nesting`): each
+#: open parenthesis, bracket or brace, each ``CASE``, each subscript of a chain
+#: (``a[1][1]``) and each operator of a run of prefix operators (``NOT NOT``, ``- -``)
+#: is one level. The parser recurses about 25 Python frames a level (and took quadratic
+#: time on long subscript chains): deeper statements are not reads, and a
+#: ``RecursionError`` of the parser is an answer (``too_deep``), never raised.
+MAX_NESTING = 24
 #: Words between ``EXPLAIN`` and the statement it explains (PostgreSQL's ``ANALYZE
 #: VERBOSE``, MySQL's ``FORMAT=JSON`` / ``EXTENDED`` / ``PARTITIONS``, SQLite's ``QUERY
 #: PLAN``); PostgreSQL's parenthesised option list is skipped whole.
@@ -138,8 +148,8 @@ class Verdict:
     ``several_statements``, ``unparsed``, ``not_a_query``, ``writes``, ``function``
     (a call outside the allow-list), ``qualified_function``, ``quoted_function``,
     ``unknown_node`` (a construct PAW does not know to be a read), ``field_of_expression``
-    (``(x).f``), ``executable_comment``, ``unusual_character``, ``too_long``,
-    ``unknown_dialect``. ``reason``: one sentence
+    (``(x).f``), ``executable_comment``, ``unusual_character``, ``too_long`` (over
+    :data:`MAX_SQL_BYTES`), ``too_deep`` (over :data:`MAX_NESTING`), ``unknown_dialect``. ``reason``: one sentence
     for a person or the model (empty for a read). ``tables``: the tables and views it
     reads (``schema.table`` where qualified; CTE names left out), ``functions``: the
     functions it calls by name (lower-case), both sorted; filled for a read and for a
@@ -163,16 +173,21 @@ def is_read(sql: str, *, dialect: str) -> bool:
 def judge(sql: str, *, dialect: str) -> Verdict:
     """Judge ``sql`` for ``dialect`` (``postgresql``, ``mysql`` or ``sqlite``, or an alias
     in :data:`DIALECTS`) by the rules of the module docstring. Never raises: anything
-    that cannot be judged (a parser failure, a statement over :data:`MAX_SQL_CHARS`
-    characters, an unknown dialect) is a :class:`Verdict` that is not a read."""
+    that cannot be judged (a parser failure, a statement over :data:`MAX_SQL_BYTES`
+    bytes or nested deeper than :data:`MAX_NESTING`, an unknown dialect) is a
+    :class:`Verdict` that is not a read."""
     canonical = DIALECTS.get(str(dialect).strip().lower())
     if canonical is None:
         return Verdict(False, "unknown_dialect", f"PAW knows no SQL dialect {dialect!r}")
     if not isinstance(sql, str) or not sql.strip():
         return Verdict(False, "empty", "there is no statement")
-    if len(sql) > MAX_SQL_CHARS:
+    # A character is 1 to 4 bytes: the length in characters settles most statements
+    # without encoding them (a lone surrogate is encoded as is, and refused below).
+    if len(sql) > MAX_SQL_BYTES or len(sql.encode("utf-8", "surrogatepass")) > MAX_SQL_BYTES:
         return Verdict(
-            False, "too_long", f"a statement over {MAX_SQL_CHARS:,} characters is not checked"
+            False,
+            "too_long",
+            f"it is longer than {MAX_SQL_BYTES:,} bytes, more than PAW checks for a read",
         )
     odd = _unusual_character(sql)
     if odd is not None:
@@ -190,8 +205,10 @@ def judge(sql: str, *, dialect: str) -> Verdict:
         )
     try:
         return _judge(sql, canonical, explain=True)
-    except RecursionError:
-        return Verdict(False, "unparsed", "it is nested too deeply to be parsed")
+    except RecursionError:  # a tree deeper than the bound foresaw (a long operator chain)
+        return _TOO_DEEP
+    except Exception as exc:  # a failure of the parser's or of this module: not a read
+        return Verdict(False, "unparsed", f"it cannot be judged: {_first_line(exc)}")
 
 
 #: The only whitespace and control characters a judged statement may hold.
@@ -218,6 +235,45 @@ def _unusual_character(sql: str) -> str | None:
             name = unicodedata.name(char, "unnamed")
             return f"U+{ord(char):04X} ({name})"
     return None
+
+
+_TOO_DEEP = Verdict(
+    False,
+    "too_deep",
+    f"it is nested more than {MAX_NESTING} levels deep (parentheses, brackets, CASE, "
+    "subscripts or prefix operators), more than PAW checks for a read",
+)
+_OPENERS = ("L_PAREN", "L_BRACKET", "L_BRACE", "CASE")
+_CLOSERS = ("R_PAREN", "R_BRACKET", "R_BRACE", "END")
+_PREFIX_OPERATORS = ("NOT", "DASH", "PLUS", "TILDE", "EXCLAMATION")
+
+
+def _nesting(tokens: list[Any]) -> int:
+    """How deep ``tokens`` nest, by :data:`MAX_NESTING`'s count: one level per open
+    parenthesis, bracket, brace or ``CASE`` not yet closed, one per subscript of a chain
+    (``a[1][1]``: each ``]`` followed by ``[``) and one per operator of a run of operators
+    that may be prefix ones (``NOT NOT x``, ``- - 1``). Linear time."""
+    from sqlglot.tokens import TokenType
+
+    openers = {getattr(TokenType, name) for name in _OPENERS}
+    closers = {getattr(TokenType, name) for name in _CLOSERS}
+    prefix = {getattr(TokenType, name) for name in _PREFIX_OPERATORS}
+    depth = deepest = run = chain = 0
+    previous = None
+    for token in tokens:
+        kind = token.token_type
+        run = run + 1 if kind in prefix else 0
+        if kind == TokenType.L_BRACKET and previous == TokenType.R_BRACKET:
+            chain += 1
+        elif previous == TokenType.R_BRACKET:
+            chain = 0
+        if kind in openers:
+            depth += 1
+        elif kind in closers:
+            depth -= 1
+        deepest = max(deepest, depth + run + chain)
+        previous = kind
+    return deepest
 
 
 def _a(word: str) -> str:
@@ -262,6 +318,8 @@ def _judge(sql: str, dialect: str, *, explain: bool) -> Verdict:
         return Verdict(
             False, "several_statements", "it is several statements; a read is exactly one"
         )
+    if _nesting(tokens) > MAX_NESTING:
+        return _TOO_DEEP
     if explain and tokens[0].text.upper() in _EXPLAIN_KEYWORDS:
         return _explained(sql, tokens[0], dialect)
     problem = _parser_function_names(tokens, sql, dialect)
@@ -269,6 +327,8 @@ def _judge(sql: str, dialect: str, *, explain: bool) -> Verdict:
         return Verdict(False, *problem)
     try:
         parsed = sqlglot.parse(sql, read=_SQLGLOT[dialect])
+    except RecursionError:
+        return _TOO_DEEP
     except Exception as exc:  # ParseError, or any failure of the parser
         return Verdict(False, "unparsed", f"it cannot be parsed: {_first_line(exc)}")
     from sqlglot import exp
