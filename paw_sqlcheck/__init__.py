@@ -148,7 +148,8 @@ class Verdict:
     ``several_statements``, ``unparsed``, ``not_a_query``, ``writes``, ``function``
     (a call outside the allow-list), ``qualified_function``, ``quoted_function``,
     ``unknown_node`` (a construct PAW does not know to be a read), ``field_of_expression``
-    (``(x).f``), ``executable_comment``, ``unusual_character``, ``too_long`` (over
+    (``(x).f``), ``function_of_row`` (``q.f`` of a function ``q`` in FROM without a
+    column ``f``: the call ``f(q)``), ``executable_comment``, ``unusual_character``, ``too_long`` (over
     :data:`MAX_SQL_BYTES`), ``too_deep`` (over :data:`MAX_NESTING`), ``unknown_dialect``. ``reason``: one sentence
     for a person or the model (empty for a read). ``tables``: the tables and views it
     reads (``schema.table`` where qualified; CTE names left out), ``functions``: the
@@ -395,8 +396,33 @@ def _tree_verdict(root: Any, sql: str, dialect: str) -> Verdict:
     def refused(code: str, reason: str) -> Verdict:
         return Verdict(False, code, reason, tuple(sorted(tables)), tuple(sorted(functions)))
 
+    rows = _function_items(root, sql) if dialect == "postgresql" else {}
     for node in root.walk():
         kind = type(node).__name__
+        if rows and isinstance(node, exp.Column) and node.table and not node.args.get("db"):
+            columns = rows.get(_folded(node.args["table"]))
+            name = node.this
+            if (
+                columns is not None
+                and isinstance(name, exp.Identifier)
+                and (_folded(name) not in columns)
+            ):
+                return refused(
+                    "function_of_row",
+                    f"it names {node.sql(dialect='postgres')[:80]}, and {node.table} "
+                    f"(a function in FROM) has no column {name.name}: PostgreSQL reads "
+                    f"that as the call {name.name}({node.table})",
+                )
+        if (
+            isinstance(node, exp.Table)
+            and isinstance(node.this, exp.Func)
+            and (node.args.get("db") or node.args.get("catalog"))
+        ):
+            return refused(
+                "qualified_function",
+                f"it calls {node.this.sql(dialect=_SQLGLOT[dialect])[:60]} in FROM by a "
+                "schema-qualified name; a read calls functions by their plain names only",
+            )
         if isinstance(node, exp.Func):
             problem = _function_problem(node, sql, dialect, functions)
             if problem is not None:
@@ -431,6 +457,68 @@ def _tree_verdict(root: Any, sql: str, dialect: str) -> Verdict:
             if name.lower() not in ctes:
                 tables.add(name)
     return Verdict(True, "read", "", tuple(sorted(tables)), tuple(sorted(functions)))
+
+
+#: The columns of PostgreSQL's set-returning functions that return rows of their own (OUT
+#: parameters) rather than one value, when used in FROM without a column list.
+_FUNCTION_COLUMNS = {
+    "json_each": ("key", "value"), "jsonb_each": ("key", "value"),
+    "json_each_text": ("key", "value"), "jsonb_each_text": ("key", "value"),
+    "json_array_elements": ("value",), "jsonb_array_elements": ("value",),
+    "json_array_elements_text": ("value",), "jsonb_array_elements_text": ("value",),
+}  # fmt: skip
+
+
+def _folded(identifier: Any) -> str:
+    """A name as PostgreSQL looks it up: a quoted one as written, a plain one in lower case."""
+    if getattr(identifier, "quoted", False):
+        return str(identifier.name)
+    return str(getattr(identifier, "name", identifier)).lower()
+
+
+def _function_items(root: Any, sql: str) -> dict[str, frozenset[str]]:
+    """PostgreSQL's FROM items that are function calls (``FROM concat('x') AS q``,
+    ``LATERAL f(…) AS q``, ``ROWS FROM (…)``): the name each answers to → the columns it
+    has. A function returning one value gives one column, named after the item's alias
+    (or the function); one returning rows, the columns of :data:`_FUNCTION_COLUMNS`; an
+    item's column list (``AS q(a, b)``, ``WITH ORDINALITY``) wins. Anything else —
+    ``q.f`` for a name ``f`` that is no column of ``q`` — PostgreSQL reads as the call
+    ``f(q)``, with the value the function returned: any one-argument function."""
+    from sqlglot import exp
+
+    items: dict[str, frozenset[str]] = {}
+    for node in root.find_all(exp.Table, exp.Lateral):
+        function = node.this
+        rows_from = node.args.get("rows_from") if isinstance(node, exp.Table) else None
+        if not isinstance(function, exp.Func) and not rows_from:
+            continue
+        meta = function.meta if isinstance(function, exp.Func) else {}
+        if meta and "start" in meta and "end" in meta:
+            called = sql[meta["start"] : meta["end"] + 1].lower()
+        elif isinstance(function, exp.Anonymous):
+            called = str(function.name).lower()
+        else:
+            called = ""
+        alias = node.args.get("alias")
+        name = _folded(alias.this) if alias is not None and alias.this else called
+        listed = [
+            _folded(column.this if isinstance(column, exp.ColumnDef) else column)
+            for column in (alias.columns if alias is not None else [])
+        ]
+        if listed:
+            columns = set(listed)
+        elif rows_from:
+            columns = set()  # several functions: their columns are listed or unknown
+        elif called in _FUNCTION_COLUMNS:
+            columns = set(_FUNCTION_COLUMNS[called])
+        else:
+            columns = {name}
+        if node.args.get("ordinality") and not listed:
+            columns.add("ordinality")
+        if name:
+            # The same name twice (in two subqueries): only what both have.
+            items[name] = frozenset(columns) & items.get(name, frozenset(columns))
+    return items
 
 
 def _plain_name_part(node: Any) -> bool:

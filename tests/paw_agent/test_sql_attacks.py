@@ -18,6 +18,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from paw_sqlcheck import judge
 from tests.mariadb import mariadb_cursor, mariadb_database_url
 from tests.paw_agent.driver import notifies
 from tests.paw_agent.test_sql import datasource_env, script, tool_results
@@ -35,6 +36,17 @@ ISSUE_FINDINGS = [
     "SELECT E'\\'', pg_read_file('/etc/hostname')",
 ]
 REFUSED = "error: datasource {slug} is read-only and this statement is not a read: "
+#: The second adversarial pass: ``q.f`` of a function ``q`` in FROM that has no column
+#: ``f`` is the call ``f(q)`` on PostgreSQL, with the value the function returned.
+#: Each statement → the advisory lock it takes.
+ROW_FUNCTION_CALLS = {
+    "SELECT q.pg_advisory_lock FROM int8(4242) AS q": 4242,
+    "SELECT q.ts_stat FROM concat('SELECT to_tsvector(pg_advisory_lock(4243)::text)') AS q": 4243,
+    "SELECT g.pg_advisory_lock FROM generate_series(4244, 4244) AS g": 4244,
+    "SELECT generate_series.pg_advisory_lock FROM generate_series(4245, 4245)": 4245,
+    "SELECT 1 FROM generate_series(1, 1) AS g, LATERAL int8(4246) AS k "
+    "WHERE k.pg_advisory_lock IS NULL": 4246,
+}
 
 
 def calls(queries: list[str], datasource: str) -> dict:
@@ -117,8 +129,50 @@ def _pg_queries(tmp_path: Path) -> tuple[list[str], Path]:
         f'FROM (SELECT 1 AS "interval{NBSP}$a$") AS t',
         "SELECT (42).pg_advisory_lock",
         "SELECT (q).ts_stat FROM (SELECT 'SELECT to_tsvector(pg_advisory_lock(42)::text)' AS q) t",
+        # The second adversarial pass: a function in FROM named with a "column" it lacks.
+        *ROW_FUNCTION_CALLS,
     ]
     return queries, marker
+
+
+def _pg_reader(**more):
+    """The datasource test database as its read-only user, in read-only transactions."""
+    settings = pg_datasource_settings()
+    return psycopg.connect(
+        host=settings["host"], port=settings["port"], user=settings["user"],
+        dbname=settings["database"], options="-c default_transaction_read_only=on", **more,
+    )  # fmt: skip
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("sql", "key"), ROW_FUNCTION_CALLS.items())
+def test_a_function_reached_as_a_column_of_a_function_in_from_runs_and_is_refused(sql, key):
+    """On the real server, as the read-only user in a read-only transaction, each of
+    these takes an advisory lock (the adversarial pass: they were judged reads). The
+    judge refuses each, naming the call PostgreSQL makes."""
+    with _pg_reader() as conn:
+        conn.execute(sql).fetchall()
+        held = conn.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = %s "
+            "AND pid = pg_backend_pid()",
+            [key],
+        ).fetchone()[0]
+        assert held == 1, sql  # what the database does: the function ran
+    verdict = judge(sql, dialect="postgresql")
+    assert (verdict.read, verdict.code) == (False, "function_of_row"), verdict
+    assert "pg_advisory_lock(" in verdict.reason or "ts_stat(q)" in verdict.reason
+
+
+@pytest.mark.django_db
+def test_a_schema_qualified_function_in_from_is_refused():
+    sql = "SELECT * FROM pg_catalog.generate_series(1, 2)"
+    with _pg_reader() as conn:
+        assert conn.execute(sql).fetchall() == [(1,), (2,)]  # the database runs it
+    verdict = judge(sql, dialect="postgresql")
+    assert (verdict.read, verdict.code) == (False, "qualified_function")
+    # The same function, by its plain name and with its own columns, is a read.
+    assert judge("SELECT g.g FROM generate_series(1, 2) AS g", dialect="postgresql").read
+    assert judge("SELECT j.key FROM jsonb_each('{}') AS j", dialect="postgresql").read
 
 
 @pytest.mark.django_db  # the datasource test database's name follows the test database's

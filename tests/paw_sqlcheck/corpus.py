@@ -135,7 +135,11 @@ DIALECT_ATTACKS: dict[str, list[str]] = {
         "SELECT lower /* c */ ('A')",
         "SELECT CAST (1 AS CHAR)",
     ],
-    "postgresql": ["SELECT '\\', pg_read_file('/etc/hostname') --'"],
+    "postgresql": [
+        "SELECT '\\', pg_read_file('/etc/hostname') --'",
+        # A function in FROM is a read elsewhere (MySQL and SQLite refuse to run it).
+        "SELECT q.ts_stat FROM concat('SELECT to_tsvector(pg_sleep(1)::text)') AS q",
+    ],
     "sqlite": ["SELECT '\\', load_extension('x') --'"],
 }
 
@@ -163,6 +167,12 @@ ATTACKS = [
     "SELECT (SELECT 1).pg_sleep",
     "SELECT CAST(1 AS int).pg_sleep",
     "SELECT ('is_superuser').current_setting",
+    # ... and so is q.f of a function q in FROM that has no column f (the second pass).
+    "SELECT q.pg_advisory_lock FROM int8(42) AS q",
+    "SELECT g.pg_sleep FROM generate_series(1, 1) AS g",
+    "SELECT 1 FROM t, LATERAL int8(42) AS k WHERE k.pg_advisory_lock IS NULL",
+    "SELECT j.pg_sleep FROM jsonb_each('{}') AS j",
+    "SELECT * FROM pg_catalog.generate_series(1, 2)",
     # Names the parser reads with a grammar of its own, which no database here has built
     # in: a user-defined function of that name would run.
     "SELECT max_by(a, b) FROM t",
