@@ -534,22 +534,45 @@ def _plain_name_part(node: Any) -> bool:
 
 
 def _parser_function_names(tokens: list[Any], sql: str, dialect: str) -> tuple[str, str] | None:
-    """The calls the parser reads with a grammar of their own (``CAST(``, ``MAX_BY(``,
-    ``INITCAP(``...: its ``FUNCTION_PARSERS``) carry no position in the tree: their names
-    are checked here, on the tokens, against the dialect's list (a database may have a
-    user-defined function of that name). On MySQL every call's name must touch its
-    parenthesis: ``count (x)`` calls a stored function named ``count``."""
+    """Every name the parser knows as a function, followed by ``(``, checked here on the
+    tokens against the dialect's list: the calls the parser reads with a grammar of their
+    own (``CAST(``, ``MAX_BY(``, ``INITCAP(``...: its ``FUNCTION_PARSERS``) and some it
+    maps by name (``IF(``, ``VAR_MAP(``, ``TS_OR_DS_TO_DATE_STR(``...) carry no position
+    in the tree, and become nodes judged by kind (``If``, ``Array``, ``Cast``): a
+    database without that function built in runs a user-defined one of that name. On
+    MySQL every such call's name must touch its parenthesis: ``count (x)`` calls a stored
+    function named ``count``. A quoted name is left to the tree (``quoted_function``)."""
     from sqlglot.dialects.dialect import Dialect
     from sqlglot.tokens import TokenType
 
-    special = Dialect.get_or_raise(_SQLGLOT[dialect]).parser_class.FUNCTION_PARSERS
+    parser = Dialect.get_or_raise(_SQLGLOT[dialect]).parser_class
+    special = parser.FUNCTION_PARSERS
+    known = _parser_names(dialect)
+    callable_tokens = parser.FUNC_TOKENS
+    # After a value or AS, a name and "(" are an operator's (x LIKE (…)), a type's
+    # (CAST(x AS DECIMAL(10, 2))) or an alias's column list: never a call.
+    no_call_after = {
+        TokenType.VAR, TokenType.IDENTIFIER, TokenType.NUMBER, TokenType.STRING,
+        TokenType.R_PAREN, TokenType.R_BRACKET, TokenType.NULL, TokenType.TRUE,
+        TokenType.FALSE, TokenType.STAR, TokenType.ALIAS,
+    }  # fmt: skip
+    previous = None
     for name, after in itertools.pairwise(tokens):
-        if after.token_type != TokenType.L_PAREN or name.token_type == TokenType.STRING:
+        before, previous = previous, name.token_type
+        if after.token_type != TokenType.L_PAREN or name.token_type in (
+            TokenType.STRING,
+            TokenType.IDENTIFIER,
+        ):
             continue
         word = name.text.upper()
         if word == "VALUES":  # a VALUES list, or MySQL's VALUES(col) of an upsert: no call
             continue
-        if word in special and word.lower() not in FUNCTIONS[dialect]:
+        if (
+            word in known
+            and name.token_type in callable_tokens
+            and before not in no_call_after
+            and word.lower() not in FUNCTIONS[dialect]
+        ):
             return (
                 "function",
                 f"it calls {word.lower()}(), which is not on the list of functions a read may "
@@ -562,6 +585,32 @@ def _parser_function_names(tokens: list[Any], sql: str, dialect: str) -> tuple[s
                 "may call a stored function of that name",
             )
     return None
+
+
+#: Words followed by ``(`` that are syntax, not calls, though the parser also knows a
+#: function of that name (``EXISTS (SELECT …)``, ``ARRAY(SELECT …)``, ``ANY (…)``...).
+_NOT_CALLS = frozenset(
+    {"EXISTS", "ARRAY", "ANY", "ALL", "SOME", "ROW", "IN", "OVER", "FILTER", "USING",
+     "ROLLUP", "CUBE", "GROUPING", "LATERAL", "UNNEST", "STRUCT", "MAP", "TUPLE"}
+)  # fmt: skip
+_NAMES_CACHE: dict[str, frozenset[str]] = {}
+
+
+def _parser_names(dialect: str) -> frozenset[str]:
+    """The upper-case names the parser of ``dialect`` maps to a function (its
+    ``FUNCTIONS`` and ``FUNCTION_PARSERS``), but for :data:`_NOT_CALLS`."""
+    names = _NAMES_CACHE.get(dialect)
+    if names is None:
+        from sqlglot.dialects.dialect import Dialect
+
+        parser = Dialect.get_or_raise(_SQLGLOT[dialect]).parser_class
+        names = frozenset(set(parser.FUNCTIONS) | set(parser.FUNCTION_PARSERS)) - _NOT_CALLS
+        _NAMES_CACHE[dialect] = names
+    return names
+
+
+#: A function name that may be on an allow-list: ASCII letters, digits and ``_``.
+_PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def _function_problem(
@@ -589,6 +638,14 @@ def _function_problem(
         return (
             "quoted_function",
             f"it calls {text}() by a quoted name, which names a user-defined function",
+        )
+    if not _PLAIN_NAME.fullmatch(text):
+        # Only ASCII names are on the lists: "ranK" (U+212A KELVIN SIGN) is "rank" in
+        # Python's lower case, and a name of its own to PostgreSQL (which folds ASCII only).
+        return (
+            "function",
+            f"it calls {text}(), whose name is not a plain ASCII name; only those are on the "
+            f"list of functions a read may call on {_LABELS[dialect]}",
         )
     name = text.lower()
     functions.add(name)

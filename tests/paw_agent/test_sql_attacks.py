@@ -175,6 +175,58 @@ def test_a_schema_qualified_function_in_from_is_refused():
     assert judge("SELECT j.key FROM jsonb_each('{}') AS j", dialect="postgresql").read
 
 
+KELVIN = "\u212a"  # K: "k" in Python's lower case, a letter of its own to PostgreSQL
+#: Calls of user-defined functions the judge took for built-in ones (the second pass):
+#: the statement, the function the database's owner made, the advisory lock it takes.
+LOOKALIKE_CALLS = [
+    (f"SELECT ran{KELVIN}()", f'"ran{KELVIN}"()', 4250),
+    ("SELECT if(true, 1, 2)", '"if"(boolean, int, int)', 4251),
+    ("SELECT ts_or_ds_to_date_str(1)", "ts_or_ds_to_date_str(int)", 4252),
+    ("SELECT var_map(1, 2)", "var_map(int, int)", 4253),
+    ("SELECT iif(true, 1, 2)", "iif(boolean, int, int)", 4254),
+]
+
+
+@pytest.fixture
+def pg_lookalike_functions(pg_superuser):
+    """The functions of :data:`LOOKALIKE_CALLS`, made by the superuser in ``public``
+    (executable by everyone, as PostgreSQL makes them), dropped afterwards."""
+    _url, connect = pg_superuser
+    with connect() as conn:
+        for _sql, signature, key in LOOKALIKE_CALLS:
+            conn.execute(
+                f"CREATE OR REPLACE FUNCTION public.{signature} RETURNS int LANGUAGE sql "
+                f"AS 'SELECT 1 FROM pg_advisory_lock({key})'"
+            )
+    yield
+    with connect() as conn:
+        for _sql, signature, _key in LOOKALIKE_CALLS:
+            conn.execute(f"DROP FUNCTION IF EXISTS public.{signature}")
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("sql", "signature", "key"), LOOKALIKE_CALLS, ids=lambda v: str(v)[:30])
+def test_a_user_defined_function_named_like_a_built_in_one_runs_and_is_refused(
+    pg_lookalike_functions, sql, signature, key
+):
+    """A Unicode look-alike of an allowed name, and names the parser turns into nodes
+    judged by kind (``IF(`` → ``If``, ``VAR_MAP(`` → ``Array``, ``TS_OR_DS_TO_DATE_STR(``
+    → ``Cast``): each calls the user-defined function on the real server, as the
+    read-only user. The judge checks every such name against the list, and only ASCII
+    names are on it."""
+    with _pg_reader() as conn:
+        assert conn.execute(sql).fetchone() == (1,)
+        held = conn.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = %s "
+            "AND pid = pg_backend_pid()",
+            [key],
+        ).fetchone()[0]
+        assert held == 1, sql  # the user-defined function ran
+    verdict = judge(sql, dialect="postgresql")
+    assert (verdict.read, verdict.code) == (False, "function"), verdict
+    assert "not on the list" in verdict.reason or "not a plain ASCII name" in verdict.reason
+
+
 @pytest.mark.django_db  # the datasource test database's name follows the test database's
 def test_postgresql_side_effects_are_refused_on_a_read_only_datasource_without_asking(
     start, model, pg_superuser, tmp_path

@@ -134,13 +134,21 @@ DIALECT_ATTACKS: dict[str, list[str]] = {
         "SELECT count (id) FROM orders",
         "SELECT lower /* c */ ('A')",
         "SELECT CAST (1 AS CHAR)",
+        "SELECT iif(1, 2, 3)",
+        "SELECT glob('a*', 'abc')",
+        "SELECT like('a%', 'abc')",
     ],
     "postgresql": [
         "SELECT '\\', pg_read_file('/etc/hostname') --'",
         # A function in FROM is a read elsewhere (MySQL and SQLite refuse to run it).
         "SELECT q.ts_stat FROM concat('SELECT to_tsvector(pg_sleep(1)::text)') AS q",
+        # Built in elsewhere (MySQL's IF, SQLite's iif, glob and like), not here.
+        "SELECT if(true, 1, 2)",
+        "SELECT iif(true, 1, 2)",
+        "SELECT glob('a*', 'abc')",
+        "SELECT like('a%', 'abc')",
     ],
-    "sqlite": ["SELECT '\\', load_extension('x') --'"],
+    "sqlite": ["SELECT '\\', load_extension('x') --'", "SELECT if(1, 2, 3)"],
 }
 
 NBSP = "\u00a0"
@@ -178,6 +186,13 @@ ATTACKS = [
     "SELECT max_by(a, b) FROM t",
     "SELECT arg_max(a, b) FROM t",
     "SELECT try_cast(a AS int) FROM t",
+    # ... or maps to a node it judged by kind (the second pass): IF( → If, VAR_MAP( →
+    # Array, TS_OR_DS_TO_DATE_STR( → Cast; and a Unicode look-alike of an allowed name
+    # (U+212A KELVIN SIGN is "k" in Python's lower case, a letter of its own to PostgreSQL).
+    "SELECT var_map(1, 2)",
+    "SELECT ts_or_ds_to_date_str(1)",
+    "SELECT ran\u212a() OVER ()",
+    "SELECT \u212aount(*) FROM t",
     # Issue 25's findings: side-effect functions with a comment before the parenthesis.
     "SELECT pg_read_file/**/('/etc/hostname') AS f",
     "SELECT pg_terminate_backend/**/(pid) FROM pg_stat_activity "
