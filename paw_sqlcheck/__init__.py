@@ -40,7 +40,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
-from paw_sqlcheck.allowlist import FUNCTIONS, READ_NODES, SYNTAX_FUNCTIONS
+from paw_sqlcheck.allowlist import FUNCTIONS, READ_NODES, SYNTAX_FUNCTIONS, SYNTAX_REFUSED
 
 __all__ = [
     "DIALECTS", "MAX_NESTING", "MAX_SQL_BYTES", "MAX_SQL_CHARS", "POSTGRESQL_SESSION_OPTIONS",
@@ -623,6 +623,12 @@ def _function_problem(
     from sqlglot import exp
 
     meta = node.meta or {}
+    if type(node).__name__ in SYNTAX_REFUSED[dialect]:
+        return (
+            "function",
+            "it matches a regular expression (REGEXP / RLIKE), whose backtracking on "
+            f"{_LABELS[dialect]} may spend the server's CPU for seconds on every row",
+        )
     if "start" in meta and "end" in meta:
         text = sql[meta["start"] : meta["end"] + 1]
     elif isinstance(node, exp.Anonymous):

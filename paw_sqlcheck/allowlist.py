@@ -14,7 +14,9 @@ function names are the databases' own, from their manuals:
   ``pg_sleep`` or ``query_to_xml`` (which runs the SQL text it is given).
 - MySQL 8.4 / MariaDB 11, "Functions and Operators" (chapter 14): string, numeric,
   date/time, JSON, aggregate, window, cast, flow control, encryption's pure functions and
-  harmless information functions — not ``LOAD_FILE``, ``SLEEP``, ``BENCHMARK``,
+  harmless information functions — not the regular expressions (``REGEXP``, ``RLIKE``,
+  ``REGEXP_REPLACE`` / ``_SUBSTR`` / ``_INSTR`` / ``_LIKE``: PCRE's backtracking), nor
+  ``LOAD_FILE``, ``SLEEP``, ``BENCHMARK``,
   ``GET_LOCK`` / ``RELEASE_LOCK``, ``LAST_INSERT_ID(expr)`` (which sets it) or
   ``SOURCE_POS_WAIT``.
 - SQLite 3.45, "Built-in Scalar SQL Functions", "Date And Time Functions", "Built-in
@@ -87,6 +89,17 @@ SYNTAX_FUNCTIONS = frozenset(
         "TsOrDsToDatetime", "TsOrDsToTime",
     }
 )  # fmt: skip
+
+#: Syntax-made functions allowed by kind elsewhere (:data:`SYNTAX_FUNCTIONS`) but not in
+#: a dialect's reads. MySQL / MariaDB: ``REGEXP`` / ``RLIKE`` (and the ``REGEXP_*``
+#: functions, off its list below) run PCRE, whose backtracking on a pattern like
+#: ``^(\w+\s?)*$`` spends up to its match limit (10 million steps, about 0.4 s) on every
+#: row, which ``max_statement_time`` only stops between rows.
+SYNTAX_REFUSED: dict[str, frozenset[str]] = {
+    "postgresql": frozenset(),
+    "mysql": frozenset({"RegexpLike", "RegexpILike"}),
+    "sqlite": frozenset(),
+}
 
 _AGGREGATE_AND_WINDOW = """
     avg count max min sum
@@ -167,7 +180,7 @@ _MYSQL = (
     ascii bin bit_length char char_length character_length concat concat_ws elt
     export_set field find_in_set format from_base64 hex insert instr lcase left length
     locate lower lpad ltrim make_set mid oct octet_length ord position quote
-    regexp_instr regexp_like regexp_replace regexp_substr repeat replace reverse right
+    repeat replace reverse right
     rpad rtrim soundex space strcmp substr substring substring_index to_base64 trim ucase
     unhex upper weight_string
     adddate addtime convert_tz curdate current_date current_time current_timestamp

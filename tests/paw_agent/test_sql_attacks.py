@@ -298,6 +298,7 @@ def test_mariadb_side_effects_are_refused_on_a_read_only_datasource(start, model
         "DELETE FROM shop_orders",
         f"SELECT t.x --{NBSP}, GET_LOCK('paw_attack', 0)\nFROM (SELECT 1 AS x) AS t",
         "SELECT count (id) FROM shop_orders",
+        *MARIADB_REGEXPS,
     ]
     model.load(script(calls(queries, "shop")))
     env = datasource_env("shop", "mysql", mariadb_database_url(), read_only=True)
@@ -313,6 +314,37 @@ def test_mariadb_side_effects_are_refused_on_a_read_only_datasource(start, model
         cursor.execute("SELECT IS_FREE_LOCK('paw_attack'), count(*) FROM shop_orders")
         assert cursor.fetchone() == (1, 3)
     assert not os.path.exists(target)
+
+
+#: A pattern PCRE backtracks on to its match limit, against a word that ends badly.
+SUBJECT, PATTERN = "CONCAT(REPEAT('a', 30), '!')", "'^(\\\\w+\\\\s?)*$'"
+MARIADB_REGEXPS = [
+    f"SELECT {SUBJECT} REGEXP {PATTERN} AS m",
+    f"SELECT {SUBJECT} RLIKE {PATTERN} AS m",
+    f"SELECT {SUBJECT} NOT REGEXP {PATTERN} AS m",
+    f"SELECT REGEXP_LIKE({SUBJECT}, {PATTERN}) AS m",
+    f"SELECT REGEXP_SUBSTR({SUBJECT}, {PATTERN}) AS m",
+    f"SELECT REGEXP_INSTR({SUBJECT}, {PATTERN}) AS m",
+    f"SELECT REGEXP_REPLACE({SUBJECT}, {PATTERN}, 'x') AS m",
+]
+
+
+@pytest.mark.parametrize("sql", MARIADB_REGEXPS)
+def test_mariadb_regular_expressions_backtrack_on_the_server_and_are_refused(mariadb, sql):
+    """The second pass: MariaDB's REGEXP family runs PCRE, which backtracks on this
+    pattern until its match limit (10 million steps) on each row; the server says so in a
+    warning. Every form, operator or function, is refused by the judge."""
+    with mariadb_cursor() as cursor:
+        if "REGEXP_LIKE" in sql:  # MariaDB 10.11 has no REGEXP_LIKE: MySQL 8's
+            cursor.execute("SELECT VERSION()")
+        else:
+            cursor.execute(sql)
+            cursor.fetchall()
+            cursor.execute("SHOW WARNINGS")
+            assert any("match limit" in str(row[2]) for row in cursor.fetchall()), sql
+    verdict = judge(sql, dialect="mysql")
+    assert (verdict.read, verdict.code) == (False, "function"), verdict
+    assert "regular expression" in verdict.reason or "regexp_" in verdict.reason
 
 
 def test_sqlite_side_effects_are_refused_on_a_read_only_datasource(start, model, tmp_path):
