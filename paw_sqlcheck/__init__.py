@@ -44,8 +44,8 @@ from paw_sqlcheck.allowlist import FUNCTIONS, READ_NODES, SYNTAX_FUNCTIONS, SYNT
 
 __all__ = [
     "DIALECTS", "MAX_NESTING", "MAX_SQL_BYTES", "MAX_SQL_CHARS", "POSTGRESQL_SESSION_OPTIONS",
-    "SessionMismatch", "Verdict",
-    "is_read", "judge", "mysql_mode_lexes_as_parsed", "mysql_sql_mode",
+    "SQLITE_MAX_LENGTH", "SessionMismatch", "Verdict", "is_read", "judge",
+    "mysql_mode_lexes_as_parsed", "mysql_sql_mode", "sqlite_limit",
 ]  # fmt: skip
 
 #: PAW's dialect names (and their aliases) → the dialect of the allow-lists.
@@ -96,6 +96,23 @@ _WRITES = {
 #: which a server's configuration may still turn off; with it off, ``'\\'`` would end
 #: elsewhere than the parser thinks). Both sides add it to every connection they judge for.
 POSTGRESQL_SESSION_OPTIONS = "-c standard_conforming_strings=on"
+#: Bytes of the largest string or blob an SQLite connection that runs judged statements
+#: may make (``SQLITE_LIMIT_LENGTH``; SQLite's default is 1,000,000,000): ``replace`` of
+#: ``replace``, ``||`` in a recursive CTE or ``group_concat`` cannot build more than this
+#: in one value ("string or blob too big"), nor can a stored value larger be read.
+SQLITE_MAX_LENGTH = 32 * 1024 * 1024
+
+
+def sqlite_limit(connection: Any) -> Any:
+    """Set :data:`SQLITE_MAX_LENGTH` on an open ``sqlite3.Connection`` (Python 3.11+
+    ``setlimit``) and return it. Both sides call it on every connection that runs a
+    judged statement."""
+    import sqlite3
+
+    connection.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, SQLITE_MAX_LENGTH)
+    return connection
+
+
 #: ``sql_mode`` flags under which MySQL / MariaDB read a statement otherwise than the
 #: parser: ``"…"`` as a name instead of a string (``ANSI_QUOTES``, part of ``ANSI``),
 #: backslashes as plain characters (``NO_BACKSLASH_ESCAPES``).

@@ -22,8 +22,12 @@ function names are the databases' own, from their manuals:
 - SQLite 3.45, "Built-in Scalar SQL Functions", "Date And Time Functions", "Built-in
   Aggregate Functions", "Window Functions", "Mathematical Functions", "JSON Functions" and
   the table-valued pragma functions without side effects — not ``load_extension``, the
-  shell's ``readfile`` / ``writefile`` / ``edit``, ``fts3_tokenizer``, or
-  ``randomblob`` / ``zeroblob`` (a size argument makes them allocate any amount).
+  shell's ``readfile`` / ``writefile`` / ``edit``, ``fts3_tokenizer``, nor the functions
+  whose argument is a size to allocate: ``randomblob`` / ``zeroblob`` and ``printf`` /
+  ``format`` (``printf('%.*c', 2000000000, 'x')`` asks for 2 GB). What still builds a
+  big value from a small statement (``replace`` of ``replace``, ``||`` in a recursive
+  CTE) is bounded by the connection: both sides open SQLite with
+  ``SQLITE_LIMIT_LENGTH`` at ``paw_sqlcheck.SQLITE_MAX_LENGTH``.
 """
 
 from __future__ import annotations
@@ -209,8 +213,8 @@ _SQLITE = (
     _AGGREGATE_AND_WINDOW
     + """
     group_concat string_agg total cast
-    abs char coalesce concat concat_ws format glob hex ifnull iif instr length like
-    likelihood likely lower ltrim nullif octet_length printf quote random replace round
+    abs char coalesce concat concat_ws glob hex ifnull iif instr length like
+    likelihood likely lower ltrim nullif octet_length quote random replace round
     rtrim sign soundex sqlite_version substr substring trim typeof unhex unicode
     unlikely upper changes total_changes last_insert_rowid
     date time datetime julianday unixepoch strftime timediff

@@ -44,6 +44,7 @@ from paw_sqlcheck import (
     judge,
     mysql_mode_lexes_as_parsed,
     mysql_sql_mode,
+    sqlite_limit,
 )
 from secrets_vault.placeholders import PLACEHOLDER, placeholder_whole
 
@@ -678,7 +679,8 @@ def database_connection(
     ``mode=ro``. ``timeout`` seconds bound connecting and each statement (PostgreSQL
     ``statement_timeout``, MariaDB ``max_statement_time`` / MySQL ``max_execution_time``,
     SQLite an interrupt). An SQLite file that does not exist is an error (sqlite3 would
-    create it). The session must lex statements as ``paw_sqlcheck`` does (PostgreSQL
+    create it); an SQLite connection makes no value over ``paw_sqlcheck.SQLITE_MAX_LENGTH``
+    bytes. The session must lex statements as ``paw_sqlcheck`` does (PostgreSQL
     ``standard_conforming_strings`` on; MySQL without ``ANSI_QUOTES`` and
     ``NO_BACKSLASH_ESCAPES`` once PAW removed them): ``paw_sqlcheck.SessionMismatch``
     otherwise. Driver exceptions pass through; ``ImportError`` when PyMySQL is missing.
@@ -751,7 +753,7 @@ def database_connection(
             raise ConnectionFailed(f"no such file {path}.")
         mode = "ro" if read_only else "rw"
         uri = f"file:{quote(str(path), safe='/')}?mode={mode}"
-        conn = sqlite3.connect(uri, uri=True, timeout=min(timeout, CONNECT_TIMEOUT))
+        conn = sqlite_limit(sqlite3.connect(uri, uri=True, timeout=min(timeout, CONNECT_TIMEOUT)))
         timer = threading.Timer(timeout, conn.interrupt)
         timer.daemon = True
         timer.start()

@@ -10,6 +10,7 @@ each is refused without asking; on a writable one each asks, and a decline runs 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import sqlite3
@@ -377,6 +378,53 @@ def test_sqlite_side_effects_are_refused_on_a_read_only_datasource(start, model,
     assert not evil.exists()
     with sqlite3.connect(path) as connection:
         assert connection.execute("SELECT count(*) FROM orders").fetchone()[0] == 2
+
+
+#: 10⁸ bytes from a 200-byte statement: each replace makes every "x" ten of them.
+HUGE_REPLACE = "SELECT length(" + "replace(" * 8 + "'x'" + ", 'x', 'xxxxxxxxxx')" * 8 + ")"
+
+
+def test_sqlite_values_are_bounded_where_judged_statements_run(tmp_path):
+    """The second pass: SQLite builds any value a statement asks for — printf's width, a
+    blob's size, replace of replace. The size-taking functions are not reads; what stays
+    (replace, ||) is bounded by SQLITE_LIMIT_LENGTH on the connections that run judged
+    statements, the server's (knowledge examples) and paw-agent's (run_sql)."""
+    from paw_agent.control import RunControl
+    from paw_agent.sql import Datasource, SqlError, run_query
+    from paw_sqlcheck import SQLITE_MAX_LENGTH
+    from secrets_vault.connections import database_connection
+
+    path = tmp_path / "shop.sqlite3"
+    with contextlib.closing(sqlite3.connect(path)) as plain:
+        plain.execute("CREATE TABLE t (x)")
+        # What the database does on its own: 100 MB from this statement, 10 MB of printf.
+        assert plain.execute(HUGE_REPLACE).fetchone() == (10**8,)
+        assert plain.execute("SELECT length(printf('%.*c', 10000000, 'x'))").fetchone() == (10**7,)
+    for sql in (
+        "SELECT printf('%.*c', 2000000000, 'x')",
+        "SELECT format('%.*c', 2000000000, 'x')",
+        "SELECT length(zeroblob(2000000000))",
+        "SELECT length(randomblob(2000000000))",
+    ):
+        verdict = judge(sql, dialect="sqlite")
+        assert (verdict.read, verdict.code) == (False, "function"), verdict
+    assert judge(HUGE_REPLACE, dialect="sqlite").read  # a read: the connection bounds it
+    with database_connection(
+        dialect="sqlite", connection={"database": str(path)}, read_only=True, timeout=10
+    ) as conn:
+        assert conn.getlimit(sqlite3.SQLITE_LIMIT_LENGTH) == SQLITE_MAX_LENGTH
+        with pytest.raises(sqlite3.DataError, match="too big"):
+            conn.execute(HUGE_REPLACE).fetchone()
+    source = Datasource("shop", "Shop", "sqlite", "", f"sqlite:///{path}", read_only=True)
+    control = RunControl()
+    try:
+        with pytest.raises(SqlError, match="too big"):
+            run_query(source, HUGE_REPLACE, read_only=True, timeout=10, control=control)
+        small = run_query(source, "SELECT length(replace('xx', 'x', 'yy'))", read_only=True,
+                          timeout=10, control=control)  # fmt: skip
+        assert small.rows == [(4,)]
+    finally:
+        control.close()
 
 
 def test_the_corpus_holds_every_statement_this_file_sends():

@@ -108,7 +108,7 @@ READS: dict[str, list[str]] = {
         "SELECT strftime('%Y', 'now') AS y, date('now', '-1 day') AS yesterday, "
         "julianday('2024-01-02') - julianday('2024-01-01') AS days",
         "SELECT ifnull(NULL, 1) AS f, iif(1, 'y', 'n') AS i, instr('abc', 'b') AS p, "
-        "printf('%05d', 42) AS padded, typeof(1.5) AS t, total(1) AS tot",
+        "substr('00000' || 42, -5) AS padded, typeof(1.5) AS t, total(1) AS tot",
         "SELECT json_extract('{\"a\": [1, 2]}', '$.a[1]') AS second, json_array(1, 2) AS arr",
         "SELECT value FROM json_each('[1, 2, 3]')",
         "SELECT name, type FROM sqlite_master ORDER BY name",
@@ -156,7 +156,11 @@ DIALECT_ATTACKS: dict[str, list[str]] = {
         "SELECT glob('a*', 'abc')",
         "SELECT like('a%', 'abc')",
     ],
-    "sqlite": ["SELECT '\\', load_extension('x') --'", "SELECT if(1, 2, 3)"],
+    "sqlite": [
+        "SELECT '\\', load_extension('x') --'",
+        "SELECT if(1, 2, 3)",
+        "SELECT format('%2000000000d', 1)",  # MySQL's FORMAT(X, D) is another function
+    ],
 }
 
 NBSP = "\u00a0"
@@ -254,6 +258,10 @@ ATTACKS = [
     "SELECT load_extension('x')",
     "SELECT writefile('/tmp/x', 'y')",
     "SELECT randomblob(1000000000)",
+    # A size to allocate as an argument (the second pass): SQLite's printf / format width.
+    "SELECT printf('%.*c', 2000000000, 'x')",
+    "SELECT zeroblob(2000000000)",
+    "SELECT length(printf('%05d', 42))",
     "SELECT shop_sneaky()",  # a user-defined function
     # Writes dressed as reads.
     "WITH gone AS (DELETE FROM orders RETURNING *) SELECT * FROM gone",
