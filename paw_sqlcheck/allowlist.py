@@ -11,7 +11,15 @@ function names are the databases' own, from their manuals:
   of "System Information Functions" (chapter 9.27) — none of "System Administration
   Functions" (9.28: signalling backends, files, settings, advisory locks, WAL),
   sequence functions (``nextval``, ``setval``), large objects, ``dblink``, ``pg_notify``,
-  ``pg_sleep`` or ``query_to_xml`` (which runs the SQL text it is given).
+  ``pg_sleep`` or ``query_to_xml`` (which runs the SQL text it is given); nor the
+  functions whose argument is a size to allocate: ``repeat``, ``lpad``, ``rpad``,
+  ``format`` (its widths, ``%1000000000s``) and ``array_fill`` make a value of up to
+  1 GB at once, which neither ``statement_timeout`` (it is made in well under the
+  timeout) nor ``work_mem`` (it is no sort or hash) bounds. ``generate_series`` and the
+  aggregates stay: in FROM a function's rows go to a tuplestore that spills to disk past
+  ``work_mem``, in the select list they stream, and ``string_agg`` / ``array_agg`` grow
+  one row at a time, at the pace rows are read, up to PostgreSQL's 1 GB per value
+  within ``statement_timeout``.
 - MySQL 8.4 / MariaDB 11, "Functions and Operators" (chapter 14): string, numeric,
   date/time, JSON, aggregate, window, cast, flow control, encryption's pure functions and
   harmless information functions — not the regular expressions (``REGEXP``, ``RLIKE``,
@@ -126,18 +134,18 @@ _POSTGRESQL = (
     acos acosd asin asind atan atand atan2 atan2d cos cosd cot cotd sin sind tan tand sinh
     cosh tanh asinh acosh atanh erf erfc
     ascii bit_length btrim char_length character_length chr concat concat_ws convert_from
-    convert_to decode encode format initcap left length lower lpad ltrim md5 normalize
+    convert_to decode encode initcap left length lower ltrim md5 normalize
     octet_length overlay parse_ident position quote_ident quote_literal quote_nullable
     regexp_count regexp_instr regexp_like regexp_match regexp_matches regexp_replace
-    regexp_split_to_array regexp_split_to_table regexp_substr repeat replace reverse
-    right rpad rtrim sha224 sha256 sha384 sha512 split_part starts_with string_to_array
+    regexp_split_to_array regexp_split_to_table regexp_substr replace reverse
+    right rtrim sha224 sha256 sha384 sha512 split_part starts_with string_to_array
     string_to_table strpos substr substring to_ascii to_hex translate trim unistr upper
     casefold get_bit get_byte bit_count
     age clock_timestamp date_add date_bin date_part date_subtract date_trunc extract
     isfinite justify_days justify_hours justify_interval make_date make_interval
     make_time make_timestamp make_timestamptz now statement_timestamp timeofday
     transaction_timestamp to_char to_date to_number to_timestamp timezone
-    array_append array_cat array_dims array_fill array_length array_lower array_ndims
+    array_append array_cat array_dims array_length array_lower array_ndims
     array_position array_positions array_prepend array_remove array_replace
     array_to_string array_upper cardinality trim_array unnest generate_series
     generate_subscripts

@@ -228,6 +228,36 @@ def test_a_user_defined_function_named_like_a_built_in_one_runs_and_is_refused(
     assert "not on the list" in verdict.reason or "not a plain ASCII name" in verdict.reason
 
 
+#: PostgreSQL functions whose argument is a size: each makes a 100 MB value at once here.
+PG_AMPLIFIERS = [
+    "SELECT length(repeat('x', 100000000))",
+    "SELECT length(lpad('', 100000000, 'x'))",
+    "SELECT length(rpad('', 100000000, 'x'))",
+    "SELECT length(format('%100000000s', 'x'))",
+    "SELECT cardinality(array_fill(1, ARRAY[100000000]))",
+]
+
+
+@pytest.mark.django_db
+def test_postgresql_functions_that_allocate_what_they_are_asked_are_refused():
+    """The second pass: repeat / lpad / rpad / format's width / array_fill make a value
+    of any size up to 1 GB from a few bytes of SQL. On the real server, as the read-only
+    user with the smallest work_mem and a statement timeout, each makes its 100 MB (or
+    100 million elements): neither setting bounds it. The judge refuses each; the
+    functions that stay (generate_series, string_agg) grow with the rows read."""
+    with _pg_reader(autocommit=True) as conn:
+        conn.execute("SET work_mem = '64kB'")
+        conn.execute("SET statement_timeout = '20s'")
+        for sql in PG_AMPLIFIERS:
+            assert conn.execute(sql).fetchone()[0] == 100_000_000, sql
+    for sql in PG_AMPLIFIERS:
+        verdict = judge(sql, dialect="postgresql")
+        assert (verdict.read, verdict.code) == (False, "function"), verdict
+    assert judge(
+        "SELECT string_agg(g::text, ',') FROM generate_series(1, 10) AS g", dialect="postgresql"
+    ).read
+
+
 @pytest.mark.django_db  # the datasource test database's name follows the test database's
 def test_postgresql_side_effects_are_refused_on_a_read_only_datasource_without_asking(
     start, model, pg_superuser, tmp_path

@@ -155,6 +155,12 @@ DIALECT_ATTACKS: dict[str, list[str]] = {
         "SELECT iif(true, 1, 2)",
         "SELECT glob('a*', 'abc')",
         "SELECT like('a%', 'abc')",
+        # A width of 1 GB (MySQL's FORMAT(X, D) is another function).
+        "SELECT length(format('%1000000000s', 'x'))",
+        # MySQL / MariaDB keep these: a result over max_allowed_packet is NULL there.
+        "SELECT length(repeat('x', 1000000000))",
+        "SELECT length(lpad('', 1000000000, 'x'))",
+        "SELECT length(rpad('', 1000000000, 'x'))",
     ],
     "sqlite": [
         "SELECT '\\', load_extension('x') --'",
@@ -262,6 +268,10 @@ ATTACKS = [
     "SELECT printf('%.*c', 2000000000, 'x')",
     "SELECT zeroblob(2000000000)",
     "SELECT length(printf('%05d', 42))",
+    # PostgreSQL's size-taking functions (the second pass): up to 1 GB at once, which
+    # neither statement_timeout nor work_mem bounds.
+    "SELECT cardinality(array_fill(1, ARRAY[100000000]))",
+    "SELECT string_agg(repeat('x', 1000000), '') FROM generate_series(1, 1000) AS g",
     "SELECT shop_sneaky()",  # a user-defined function
     # Writes dressed as reads.
     "WITH gone AS (DELETE FROM orders RETURNING *) SELECT * FROM gone",
