@@ -40,7 +40,13 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
-from paw_sqlcheck.allowlist import FUNCTIONS, READ_NODES, SYNTAX_FUNCTIONS, SYNTAX_REFUSED
+from paw_sqlcheck.allowlist import (
+    FUNCTIONS,
+    READ_NODES,
+    SECRET_TABLES,
+    SYNTAX_FUNCTIONS,
+    SYNTAX_REFUSED,
+)
 
 __all__ = [
     "DIALECTS", "MAX_NESTING", "MAX_SQL_BYTES", "MAX_SQL_CHARS", "POSTGRESQL_SESSION_OPTIONS",
@@ -165,8 +171,9 @@ class Verdict:
     ``several_statements``, ``unparsed``, ``not_a_query``, ``writes``, ``function``
     (a call outside the allow-list), ``qualified_function``, ``quoted_function``,
     ``unknown_node`` (a construct PAW does not know to be a read), ``field_of_expression``
-    (``(x).f``), ``function_of_row`` (``q.f`` of a function ``q`` in FROM without a
-    column ``f``: the call ``f(q)``), ``executable_comment``, ``unusual_character``, ``too_long`` (over
+    (``(x).f``), ``secret_table`` (``pg_authid``, ``mysql.user``...),
+    ``function_of_row`` (``q.f`` of a function ``q`` in FROM without a column ``f``: the
+    call ``f(q)``), ``executable_comment``, ``unusual_character``, ``too_long`` (over
     :data:`MAX_SQL_BYTES`), ``too_deep`` (over :data:`MAX_NESTING`), ``unknown_dialect``. ``reason``: one sentence
     for a person or the model (empty for a read). ``tables``: the tables and views it
     reads (``schema.table`` where qualified; CTE names left out), ``functions``: the
@@ -471,6 +478,13 @@ def _tree_verdict(root: Any, sql: str, dialect: str) -> Verdict:
             )
         if isinstance(node, exp.Table) and isinstance(node.this, exp.Identifier):
             name = ".".join(part.name for part in node.parts)
+            secret = _secret_table(node, dialect)
+            if secret:
+                return refused(
+                    "secret_table",
+                    f"it reads {secret}, where the server keeps passwords or large objects; "
+                    "a read never names it",
+                )
             if name.lower() not in ctes:
                 tables.add(name)
     return Verdict(True, "read", "", tuple(sorted(tables)), tuple(sorted(functions)))
@@ -536,6 +550,17 @@ def _function_items(root: Any, sql: str) -> dict[str, frozenset[str]]:
             # The same name twice (in two subqueries): only what both have.
             items[name] = frozenset(columns) & items.get(name, frozenset(columns))
     return items
+
+
+def _secret_table(node: Any, dialect: str) -> str:
+    """The name of :data:`allowlist.SECRET_TABLES` that a ``Table`` node names, or ``""``:
+    on PostgreSQL its own name in any schema, on MySQL ``database.table``."""
+    parts = [str(part.name).lower() for part in node.parts]
+    secrets = SECRET_TABLES[dialect]
+    if dialect == "postgresql":
+        return parts[-1] if parts[-1] in secrets else ""
+    qualified = ".".join(parts[-2:])
+    return qualified if qualified in secrets else ""
 
 
 def _plain_name_part(node: Any) -> bool:

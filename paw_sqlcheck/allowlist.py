@@ -113,6 +113,18 @@ SYNTAX_REFUSED: dict[str, frozenset[str]] = {
     "sqlite": frozenset(),
 }
 
+#: Tables and views a read never names, per dialect (lower case; PostgreSQL's by their
+#: own name in any schema, MySQL's as ``database.table``): where the server keeps
+#: password hashes (``pg_authid``, ``pg_shadow``, ``mysql.user``, ``mysql.global_priv``),
+#: the passwords of foreign-server user mappings (``pg_user_mappings``) and the contents
+#: of large objects (``pg_largeobject``). The database's grants refuse them to a reader
+#: too (the second wall); this refuses them to a privileged user PAW was told to accept.
+SECRET_TABLES: dict[str, frozenset[str]] = {
+    "postgresql": frozenset({"pg_authid", "pg_shadow", "pg_user_mappings", "pg_largeobject"}),
+    "mysql": frozenset({"mysql.user", "mysql.global_priv"}),
+    "sqlite": frozenset(),
+}
+
 _AGGREGATE_AND_WINDOW = """
     avg count max min sum
     row_number rank dense_rank percent_rank cume_dist ntile lag lead first_value

@@ -549,8 +549,9 @@ def _mysql_grant_powers(line: str) -> set[str]:
     """What one ``SHOW GRANTS`` line gives beyond reading: ``GRANT <privileges> ON
     <object> TO <grantee> [... WITH GRANT OPTION]`` → the privileges outside
     :data:`MYSQL_READ_PRIVILEGES` (``ALL PRIVILEGES`` as is), ``EXECUTE on a routine``,
-    ``GRANT OPTION``, ``PROXY``; a role grant (``GRANT role TO user``: no ``ON``) gives
-    nothing by itself (its grants are read with the role). Tokens by sqlglot's MySQL
+    ``GRANT OPTION``, ``PROXY``, ``SELECT on *.*`` (every database, ``mysql`` with its
+    password hashes too) and ``SELECT on mysql.…``; a role grant (``GRANT role TO user``:
+    no ``ON``) gives nothing by itself (its grants are read with the role). Tokens by sqlglot's MySQL
     tokenizer (names and quotes as the server writes them); a line it cannot read counts
     as ``an unreadable grant``."""
     from sqlglot.dialects.dialect import Dialect
@@ -584,6 +585,10 @@ def _mysql_grant_powers(line: str) -> set[str]:
             current.append(word)
     privileges.append(" ".join(current))
     target = words[on + 1] if on + 1 < len(words) else ""
+    # The object as the server names it: `mysql`.* → mysql.*, *.* → *.* (lower case).
+    to = words.index("TO", on)
+    grant_object = "".join(str(t.text) for t in tokens[on + 1 : to]).lower()
+    database = grant_object.partition(".")[0]
     for privilege in filter(None, privileges):
         if privilege == "PROXY":
             powers.add("PROXY")
@@ -591,6 +596,12 @@ def _mysql_grant_powers(line: str) -> set[str]:
             powers.add(f"{privilege} on a {target.lower()}")
         elif privilege not in MYSQL_READ_PRIVILEGES:
             powers.add(privilege)
+        elif privilege == "SELECT" and grant_object == "*.*":
+            # Every database's tables: mysql.user / mysql.global_priv (password hashes)
+            # and any other application's data on the server.
+            powers.add("SELECT on *.*")
+        elif privilege == "SELECT" and database == "mysql":
+            powers.add(f"SELECT on {grant_object}")
     return powers
 
 

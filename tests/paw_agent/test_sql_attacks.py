@@ -228,6 +228,41 @@ def test_a_user_defined_function_named_like_a_built_in_one_runs_and_is_refused(
     assert "not on the list" in verdict.reason or "not a plain ASCII name" in verdict.reason
 
 
+@pytest.mark.django_db
+def test_the_tables_that_hold_passwords_are_refused_by_name(pg_superuser, mariadb):
+    """The second pass: the judge let ``SELECT … FROM pg_authid`` / ``mysql.user`` pass
+    as reads. A user PAW was told to accept anyway (a superuser) reads password hashes
+    there, on the real servers; the judge refuses every form of their names."""
+    _url, connect = pg_superuser
+    with connect() as conn:
+        assert conn.execute("SELECT count(*) FROM pg_authid WHERE rolpassword IS NOT NULL "
+                            "OR rolpassword IS NULL").fetchone()[0] > 0  # fmt: skip
+        conn.execute("SELECT count(*) FROM pg_catalog.pg_shadow").fetchone()
+        conn.execute("SELECT count(*) FROM pg_user_mappings").fetchone()
+        conn.execute("SELECT count(*) FROM pg_largeobject").fetchone()
+    for sql in (
+        "SELECT rolname, rolpassword FROM pg_authid",
+        'SELECT * FROM pg_catalog."pg_shadow"',
+        "TABLE pg_user_mappings",
+        "SELECT (SELECT count(*) FROM PG_LARGEOBJECT) AS n",
+        "WITH r AS (SELECT * FROM pg_authid) SELECT * FROM r",
+    ):
+        verdict = judge(sql, dialect="postgresql")
+        assert (verdict.read, verdict.code) == (False, "secret_table"), verdict
+    with mariadb_cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM mysql.global_priv")
+        assert cursor.fetchone()[0] > 0
+    for sql in (
+        "SELECT User, authentication_string FROM mysql.user",
+        "SELECT * FROM `mysql`.`global_priv`",
+        "SELECT * FROM MySQL.User",
+    ):
+        verdict = judge(sql, dialect="mysql")
+        assert (verdict.read, verdict.code) == (False, "secret_table"), verdict
+    # A table of the same name in another database is an ordinary read.
+    assert judge("SELECT * FROM shop.user", dialect="mysql").read
+
+
 #: PostgreSQL functions whose argument is a size: each makes a 100 MB value at once here.
 PG_AMPLIFIERS = [
     "SELECT length(repeat('x', 100000000))",

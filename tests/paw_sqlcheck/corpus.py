@@ -135,6 +135,9 @@ DIALECT_ATTACKS: dict[str, list[str]] = {
         "SELECT lower /* c */ ('A')",
         "SELECT CAST (1 AS CHAR)",
         "SELECT iif(1, 2, 3)",
+        # Where the server keeps password hashes (the second pass).
+        "SELECT * FROM mysql.user",
+        "SELECT * FROM `mysql`.`global_priv`",
         # PCRE's backtracking (the second pass): REGEXP / RLIKE and the REGEXP_ functions.
         "SELECT 'aaaa!' REGEXP '^(\\\\w+\\\\s?)*$'",
         "SELECT 'aaaa!' RLIKE '^(a+)+$'",
@@ -155,6 +158,9 @@ DIALECT_ATTACKS: dict[str, list[str]] = {
         "SELECT iif(true, 1, 2)",
         "SELECT glob('a*', 'abc')",
         "SELECT like('a%', 'abc')",
+        # Where the server keeps password hashes (the second pass).
+        "SELECT rolpassword FROM pg_authid",
+        "SELECT * FROM pg_catalog.pg_shadow",
         # A width of 1 GB (MySQL's FORMAT(X, D) is another function).
         "SELECT length(format('%1000000000s', 'x'))",
         # MySQL / MariaDB keep these: a result over max_allowed_packet is NULL there.

@@ -284,3 +284,48 @@ def test_mariadb_privileges_through_roles_and_grant_options_are_refused(
         assert response.status_code == 400, (user, response.json())
         assert expected[user] <= set(response.json()["privileges"]), (user, response.json())
     assert not Datasource.objects.exists()
+
+
+@pytest.fixture
+def maria_wide_readers(mariadb):
+    """MariaDB users that may only SELECT, but beyond their database: every database
+    (``*.*``), the ``mysql`` database, its ``user`` table (password hashes). Dropped
+    afterwards."""
+    database = mariadb["database"]
+    grants = {
+        "paw_test_global_reader": ["SELECT ON *.*"],
+        "paw_test_mysql_reader": [f"SELECT ON `{database}`.*", "SELECT ON `mysql`.*"],
+        "paw_test_hash_reader": [f"SELECT ON `{database}`.*", "SELECT ON `mysql`.`user`"],
+    }
+    server = _connect(database=None)
+    with contextlib.closing(server), server.cursor() as cursor:
+        for user, privileges in grants.items():
+            for host in ("%", "localhost", "127.0.0.1"):
+                cursor.execute(f"CREATE USER IF NOT EXISTS '{user}'@'{host}'")
+                for privilege in privileges:
+                    cursor.execute(f"GRANT {privilege} TO '{user}'@'{host}'")
+    yield {name: {**mariadb, "user": name} for name in grants}
+    server = _connect(database=None)
+    with contextlib.closing(server), server.cursor() as cursor:
+        for user in grants:
+            for host in ("%", "localhost", "127.0.0.1"):
+                cursor.execute(f"DROP USER IF EXISTS '{user}'@'{host}'")
+
+
+@pytest.mark.django_db
+def test_mariadb_select_beyond_the_datasource_database_is_refused(
+    operator_client, maria_wide_readers
+):
+    """The second pass: ``GRANT SELECT ON *.*`` (every database, ``mysql.user``'s password
+    hashes with it) and SELECT on ``mysql`` were saved as "can only read"."""
+    expected = {
+        "paw_test_global_reader": ["SELECT on *.*"],
+        "paw_test_mysql_reader": ["SELECT on mysql.*"],
+        "paw_test_hash_reader": ["SELECT on mysql.user"],
+    }
+    for user, connection in maria_wide_readers.items():
+        response = _create(operator_client, "maria", "mysql", connection)
+        assert response.status_code == 400, (user, response.json())
+        assert response.json()["code"] == "datasource_user_privileged"
+        assert response.json()["privileges"] == expected[user], (user, response.json())
+    assert not Datasource.objects.exists()
