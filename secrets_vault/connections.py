@@ -551,7 +551,8 @@ def _mysql_grant_powers(line: str) -> set[str]:
     :data:`MYSQL_READ_PRIVILEGES` (``ALL PRIVILEGES`` as is), ``EXECUTE on a routine``,
     ``GRANT OPTION``, ``PROXY``, ``SELECT on *.*`` (every database, ``mysql`` with its
     password hashes too) and ``SELECT on mysql.…``; a role grant (``GRANT role TO user``:
-    no ``ON``) gives nothing by itself (its grants are read with the role). Tokens by sqlglot's MySQL
+    no ``ON``) gives nothing by itself (its grants are read with the role), nor does the
+    ``SET DEFAULT ROLE role FOR user`` line MariaDB adds to them. Tokens by sqlglot's MySQL
     tokenizer (names and quotes as the server writes them); a line it cannot read counts
     as ``an unreadable grant``."""
     from sqlglot.dialects.dialect import Dialect
@@ -564,6 +565,8 @@ def _mysql_grant_powers(line: str) -> set[str]:
     # Quoted names and strings are objects and grantees, never the grammar's words.
     quoted = (TokenType.STRING, TokenType.IDENTIFIER)
     words = [t.text.upper() if t.token_type not in quoted else "`" for t in tokens]
+    if words[:3] == ["SET", "DEFAULT", "ROLE"]:
+        return set()  # MariaDB lists the user's default role among its grants: no grant
     if not words or words[0] != "GRANT" or "TO" not in words:
         return {f"an unreadable grant ({line[:60]})"}
     powers: set[str] = set()

@@ -329,3 +329,37 @@ def test_mariadb_select_beyond_the_datasource_database_is_refused(
         assert response.json()["code"] == "datasource_user_privileged"
         assert response.json()["privileges"] == expected[user], (user, response.json())
     assert not Datasource.objects.exists()
+
+
+@pytest.fixture
+def maria_default_role_reader(mariadb):
+    """A MariaDB user that reads its database through a default role that only reads:
+    ``SHOW GRANTS`` lists ``SET DEFAULT ROLE … FOR …`` among its grants. Dropped after."""
+    database = mariadb["database"]
+    server = _connect(database=None)
+    with contextlib.closing(server), server.cursor() as cursor:
+        cursor.execute("CREATE ROLE IF NOT EXISTS paw_test_read_role")
+        cursor.execute(f"GRANT SELECT, SHOW VIEW ON `{database}`.* TO paw_test_read_role")
+        for host in ("%", "localhost", "127.0.0.1"):
+            cursor.execute(f"CREATE USER IF NOT EXISTS 'paw_test_default_role'@'{host}'")
+            cursor.execute(f"GRANT paw_test_read_role TO 'paw_test_default_role'@'{host}'")
+            cursor.execute(
+                f"SET DEFAULT ROLE paw_test_read_role FOR 'paw_test_default_role'@'{host}'"
+            )
+    yield {**mariadb, "user": "paw_test_default_role"}
+    server = _connect(database=None)
+    with contextlib.closing(server), server.cursor() as cursor:
+        for host in ("%", "localhost", "127.0.0.1"):
+            cursor.execute(f"DROP USER IF EXISTS 'paw_test_default_role'@'{host}'")
+        cursor.execute("DROP ROLE IF EXISTS paw_test_read_role")
+
+
+@pytest.mark.django_db
+def test_a_mariadb_default_role_line_is_not_read_as_a_grant(
+    operator_client, maria_default_role_reader
+):
+    """The second pass: ``SET DEFAULT ROLE`` lines of ``SHOW GRANTS`` were misread (as
+    "an unreadable grant"), refusing a user that can only read."""
+    response = _create(operator_client, "maria", "mysql", maria_default_role_reader)
+    assert response.status_code == 201, response.json()
+    assert response.json()["user_privileges"] == {"refused": [], "noted": []}
