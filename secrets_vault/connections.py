@@ -406,7 +406,35 @@ POSTGRESQL_REFUSED_ROLES = (
     "pg_read_server_files", "pg_write_server_files", "pg_execute_server_program",
     "pg_signal_backend",
 )  # fmt: skip
-#: PostgreSQL roles and attributes worth saying, which a read-only transaction contains.
+#: PostgreSQL's administration functions that only a superuser may run unless EXECUTE
+#: is granted (PostgreSQL 17 manual, "System Administration Functions"; PUBLIC has none
+#: of them): the server's files and directories, large-object files, configuration,
+#: logs, WAL and backups, statistics resets. A read-only datasource's user that may
+#: execute one (itself or through a role it is a member of) is refused. Not here:
+#: ``pg_cancel_backend`` / ``pg_terminate_backend`` and ``set_config``, which every role
+#: may execute and which check for themselves (another role's sessions need
+#: ``pg_signal_backend``, refused above; a user's own settings are the judge's business).
+POSTGRESQL_ADMIN_FUNCTIONS = (
+    "pg_read_file", "pg_read_binary_file", "pg_ls_dir", "pg_stat_file", "pg_ls_logdir",
+    "pg_ls_waldir", "pg_ls_tmpdir", "pg_ls_archive_statusdir", "pg_ls_logicalsnapdir",
+    "pg_ls_logicalmapdir", "pg_ls_replslotdir", "pg_current_logfile", "lo_import",
+    "lo_export", "pg_reload_conf", "pg_rotate_logfile", "pg_promote", "pg_backup_start",
+    "pg_backup_stop", "pg_start_backup", "pg_stop_backup", "pg_switch_wal",
+    "pg_create_restore_point", "pg_log_backend_memory_contexts", "pg_stat_reset",
+    "pg_stat_reset_shared", "pg_stat_reset_single_table_counters",
+    "pg_stat_reset_single_function_counters", "pg_stat_reset_slru",
+    "pg_stat_reset_replication_slot", "pg_replication_origin_create",
+    "pg_replication_origin_drop", "pg_replication_origin_advance", "pg_file_write",
+    "pg_file_rename", "pg_file_unlink", "pg_file_sync", "pg_logdir_ls",
+)  # fmt: skip
+#: PostgreSQL role attributes that reach beyond reading (roles, databases, row security,
+#: the WAL stream), with their ``pg_roles`` columns in the order the check reads them:
+#: refused on the user and on any role it is a member of (SET ROLE).
+_POSTGRESQL_REFUSED_ATTRIBUTES = (
+    ("CREATEROLE", "rolcreaterole"), ("CREATEDB", "rolcreatedb"),
+    ("REPLICATION", "rolreplication"), ("BYPASSRLS", "rolbypassrls"),
+)  # fmt: skip
+#: PostgreSQL roles worth saying, whose powers a read-only transaction contains.
 _POSTGRESQL_NOTED_ROLES = ("pg_write_all_data",)
 #: The MySQL / MariaDB privileges that only read: any other one a read-only datasource's
 #: user holds (``FILE``, ``SUPER``, ``PROCESS``, every write privilege...) is refused.
@@ -442,8 +470,9 @@ class UserPrivileges:
 
 def user_privileges(*, dialect: str, conn: Any) -> UserPrivileges:
     """What the user of the open DB-API connection ``conn`` can do beyond reading
-    (PostgreSQL: superuser, membership of :data:`POSTGRESQL_REFUSED_ROLES`, tables it may
-    change, role attributes; MySQL / MariaDB: every privilege outside
+    (PostgreSQL: superuser, membership of :data:`POSTGRESQL_REFUSED_ROLES`, EXECUTE on
+    :data:`POSTGRESQL_ADMIN_FUNCTIONS` or a superuser's SECURITY DEFINER function, role
+    attributes, tables it may change; MySQL / MariaDB: every privilege outside
     :data:`MYSQL_READ_PRIVILEGES`, global, per database, table or column, its own and its
     roles'). SQLite has no users: nothing. Driver errors pass through."""
     if dialect == "postgresql":
@@ -454,11 +483,17 @@ def user_privileges(*, dialect: str, conn: Any) -> UserPrivileges:
 
 
 def _postgresql_privileges(conn: Any) -> UserPrivileges:
+    """What a PostgreSQL user can do beyond reading. Refused: superuser; membership of a
+    superuser role or of :data:`POSTGRESQL_REFUSED_ROLES`; EXECUTE on one of
+    :data:`POSTGRESQL_ADMIN_FUNCTIONS`; EXECUTE on a superuser's ``SECURITY DEFINER``
+    function outside ``pg_catalog`` / ``information_schema`` (it runs as the superuser);
+    ``CREATEROLE``, ``CREATEDB``, ``REPLICATION``, ``BYPASSRLS`` — each held by the user or
+    by a role it is a member of (``pg_has_role(…, 'MEMBER')``: ``NOINHERIT`` members too,
+    since ``SET ROLE`` gives them all). Noted: tables it may change, ``pg_write_all_data``."""
     row = conn.execute(
-        "SELECT rolsuper, rolcreaterole, rolcreatedb, rolreplication, rolbypassrls "
-        "FROM pg_roles WHERE rolname = current_user"
+        "SELECT rolsuper, current_user FROM pg_roles WHERE rolname = current_user"
     ).fetchone()
-    superuser, createrole, createdb, replication, bypassrls = row or (False,) * 5
+    superuser, user = (bool(row[0]), str(row[1])) if row else (False, "")
     refused = ["superuser"] if superuser else []
     if not superuser:
         # A member of a superuser role (NOINHERIT too) becomes one with SET ROLE.
@@ -480,6 +515,17 @@ def _postgresql_privileges(conn: Any) -> UserPrivileges:
     }
     if not superuser:  # a superuser counts as a member of every role: say it once
         refused += [f"member of {name}" for name in POSTGRESQL_REFUSED_ROLES if name in members]
+        refused += _postgresql_executable(conn)
+        for role, *held in conn.execute(
+            "SELECT rolname, rolcreaterole, rolcreatedb, rolreplication, rolbypassrls "
+            "FROM pg_roles WHERE pg_has_role(current_user, oid, 'MEMBER') AND NOT rolsuper "
+            "ORDER BY rolname <> current_user, rolname"
+        ).fetchall():
+            refused += [
+                word if role == user else f"{word} through role {role}"
+                for (word, _), has in zip(_POSTGRESQL_REFUSED_ATTRIBUTES, held, strict=True)
+                if has
+            ]
     writable = conn.execute(
         "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
         "WHERE c.relkind IN ('r', 'p') "
@@ -491,15 +537,38 @@ def _postgresql_privileges(conn: Any) -> UserPrivileges:
     noted += [
         f"member of {name}" for name in _POSTGRESQL_NOTED_ROLES if name in members and not superuser
     ]
-    noted += [
-        word
-        for word, held in (
-            ("CREATEROLE", createrole), ("CREATEDB", createdb), ("REPLICATION", replication),
-            ("BYPASSRLS", bypassrls),
-        )
-        if held and not superuser
-    ]  # fmt: skip
     return UserPrivileges(refused=tuple(refused), noted=tuple(noted))
+
+
+def _postgresql_executable(conn: Any) -> list[str]:
+    """``EXECUTE on <function>`` for each of :data:`POSTGRESQL_ADMIN_FUNCTIONS` and each
+    superuser-owned ``SECURITY DEFINER`` function outside the system schemas (in a schema
+    it may use) that the user, or a role it is a member of, may execute."""
+    admin = [
+        f"EXECUTE on {name}"
+        for (name,) in conn.execute(
+            "SELECT DISTINCT p.proname FROM pg_proc p "
+            "JOIN pg_namespace n ON n.oid = p.pronamespace "
+            "JOIN pg_roles r ON pg_has_role(current_user, r.oid, 'MEMBER') AND NOT r.rolsuper "
+            "WHERE n.nspname = 'pg_catalog' AND p.proname = ANY(%s) "
+            "AND has_function_privilege(r.oid, p.oid, 'EXECUTE') ORDER BY 1",
+            [list(POSTGRESQL_ADMIN_FUNCTIONS)],
+        ).fetchall()
+    ]
+    definer = [
+        f"EXECUTE on {name}, a superuser's SECURITY DEFINER function"
+        for (name,) in conn.execute(
+            "SELECT DISTINCT n.nspname || '.' || p.proname FROM pg_proc p "
+            "JOIN pg_namespace n ON n.oid = p.pronamespace "
+            "JOIN pg_roles o ON o.oid = p.proowner "
+            "JOIN pg_roles r ON pg_has_role(current_user, r.oid, 'MEMBER') AND NOT r.rolsuper "
+            "WHERE p.prosecdef AND o.rolsuper "
+            "AND n.nspname NOT IN ('pg_catalog', 'information_schema') "
+            "AND has_schema_privilege(r.oid, n.oid, 'USAGE') "
+            "AND has_function_privilege(r.oid, p.oid, 'EXECUTE') ORDER BY 1 LIMIT 20"
+        ).fetchall()
+    ]
+    return admin + definer
 
 
 def _mysql_privileges(conn: Any) -> UserPrivileges:

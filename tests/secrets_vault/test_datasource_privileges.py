@@ -363,3 +363,83 @@ def test_a_mariadb_default_role_line_is_not_read_as_a_grant(
     response = _create(operator_client, "maria", "mysql", maria_default_role_reader)
     assert response.status_code == 201, response.json()
     assert response.json()["user_privileges"] == {"refused": [], "noted": []}
+
+
+@pytest.fixture
+def pg_powerful_readers():
+    """PostgreSQL login roles that read (``pg_read_all_data``) and can do one more thing,
+    made on the real server: EXECUTE on an administration function, directly or through a
+    role; EXECUTE on a superuser's SECURITY DEFINER function; a role attribute, held or
+    through a NOINHERIT membership. Yields ``{user: the privileges expected}``; the
+    grants and the function are taken back afterwards."""
+    server = pg_datasource_settings(reader=False)
+    users = {
+        "paw_test_reads_files": ["EXECUTE on pg_read_file"],
+        "paw_test_imports": ["EXECUTE on lo_import"],
+        "paw_test_definer_user": [
+            "EXECUTE on public.paw_test_definer, a superuser's SECURITY DEFINER function"
+        ],
+        "paw_test_createdb": ["CREATEDB"],
+        "paw_test_bypassrls": ["BYPASSRLS"],
+        "paw_test_replication": ["REPLICATION"],
+        "paw_test_creator_member": ["CREATEROLE through role paw_test_creator"],
+    }
+    attributes = {
+        "paw_test_createdb": "CREATEDB",
+        "paw_test_bypassrls": "BYPASSRLS",
+        "paw_test_replication": "REPLICATION",
+    }
+    grants = [
+        "GRANT EXECUTE ON FUNCTION pg_read_file(text) TO paw_test_reads_files",
+        "GRANT EXECUTE ON FUNCTION lo_import(text) TO paw_test_lo_role",
+        "GRANT paw_test_lo_role TO paw_test_imports",
+        "GRANT EXECUTE ON FUNCTION public.paw_test_definer() TO paw_test_definer_user",
+        "GRANT paw_test_creator TO paw_test_creator_member",
+    ]
+    with psycopg.connect(
+        host=server["host"], port=server["port"], user=server["user"],
+        dbname=server["database"], autocommit=True,
+    ) as conn:  # fmt: skip
+        for statement in (
+            "CREATE ROLE paw_test_lo_role NOLOGIN",
+            "CREATE ROLE paw_test_creator NOLOGIN CREATEROLE",
+            "CREATE ROLE paw_test_creator_member LOGIN NOINHERIT",
+            *(f"CREATE ROLE {user} LOGIN" for user in users if user not in attributes),
+            *(f"CREATE ROLE {user} LOGIN {word}" for user, word in attributes.items()),
+        ):
+            with contextlib.suppress(
+                psycopg.errors.DuplicateObject, psycopg.errors.UniqueViolation
+            ):
+                conn.execute(statement)
+        for user in users:
+            conn.execute(f"GRANT pg_read_all_data TO {user}")
+        conn.execute(
+            "CREATE OR REPLACE FUNCTION public.paw_test_definer() RETURNS text "
+            "LANGUAGE sql SECURITY DEFINER AS 'SELECT current_user::text'"
+        )
+        conn.execute("REVOKE EXECUTE ON FUNCTION public.paw_test_definer() FROM PUBLIC")
+        for statement in grants:
+            conn.execute(statement)
+        yield users
+        conn.execute("REVOKE EXECUTE ON FUNCTION pg_read_file(text) FROM paw_test_reads_files")
+        conn.execute("REVOKE EXECUTE ON FUNCTION lo_import(text) FROM paw_test_lo_role")
+        conn.execute("DROP FUNCTION public.paw_test_definer()")
+
+
+@pytest.mark.django_db
+def test_postgresql_users_that_reach_the_server_through_functions_or_attributes_are_refused(
+    operator_client, pg_powerful_readers
+):
+    """The second pass: EXECUTE on pg_read_file / lo_import (granted, or through a role),
+    on a superuser's SECURITY DEFINER function, and CREATEROLE / CREATEDB / BYPASSRLS /
+    REPLICATION (held, or through a NOINHERIT membership: SET ROLE gives it) were saved
+    as "can only read" (the attributes only noted). Each is refused, saying which."""
+    for user, expected in pg_powerful_readers.items():
+        connection = {**pg_datasource_settings(), "user": user}
+        response = _create(operator_client, "pg", "postgresql", connection)
+        assert response.status_code == 400, (user, response.json())
+        assert response.json()["code"] == "datasource_user_privileged"
+        assert response.json()["privileges"] == expected, (user, response.json())
+    assert not Datasource.objects.exists()
+    # The reader of the other tests has none of these: it is still saved.
+    assert _create(operator_client, "pg", "postgresql", pg_datasource_settings()).status_code == 201
