@@ -15,8 +15,10 @@ a read-only datasource. Connections are set so the database reads a statement as
 parser did (``paw_sqlcheck.POSTGRESQL_SESSION_OPTIONS``, ``mysql_sql_mode``). Reads
 also run in read-only mode (a PostgreSQL READ ONLY transaction, MySQL ``START TRANSACTION
 READ ONLY``, SQLite ``mode=ro``), so a function with side effects or a clever query cannot
-write behind a "read". A read's rows are streamed (a server-side cursor on PostgreSQL, an
-unbuffered one on MySQL): the first ones are kept, the rest only counted.
+write behind a "read"; SQLite connections cap a value at
+``paw_sqlcheck.SQLITE_MAX_LENGTH`` bytes, so a small statement cannot build a huge
+string. A read's rows are streamed (a server-side cursor on PostgreSQL, an unbuffered
+one on MySQL): the first ones are kept, the rest only counted.
 """
 
 from __future__ import annotations
@@ -35,7 +37,12 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from paw_agent.control import RunControl
-from paw_sqlcheck import POSTGRESQL_SESSION_OPTIONS, mysql_mode_lexes_as_parsed, mysql_sql_mode
+from paw_sqlcheck import (
+    POSTGRESQL_SESSION_OPTIONS,
+    mysql_mode_lexes_as_parsed,
+    mysql_sql_mode,
+    sqlite_limit,
+)
 
 ROW_CAP = 200  # rows returned to the model per query
 CELL_CAP = 200  # characters per cell shown to the model
@@ -316,8 +323,10 @@ def _run_sqlite(
         raise SqlError(f"the SQLite file of datasource {source.slug} does not exist")
     mode = "ro" if read_only or url_read_only else "rw"
     uri = f"file:{path}?mode={mode}" if path != ":memory:" else ":memory:"
-    connection = sqlite3.connect(
-        uri, uri=path != ":memory:", timeout=min(timeout, 10), check_same_thread=False
+    connection = sqlite_limit(
+        sqlite3.connect(
+            uri, uri=path != ":memory:", timeout=min(timeout, 10), check_same_thread=False
+        )
     )
 
     def work() -> QueryResult:

@@ -40,11 +40,18 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
-from paw_sqlcheck.allowlist import FUNCTIONS, READ_NODES, SYNTAX_FUNCTIONS
+from paw_sqlcheck.allowlist import (
+    FUNCTIONS,
+    READ_NODES,
+    SECRET_TABLES,
+    SYNTAX_FUNCTIONS,
+    SYNTAX_REFUSED,
+)
 
 __all__ = [
-    "DIALECTS", "MAX_SQL_CHARS", "POSTGRESQL_SESSION_OPTIONS", "SessionMismatch", "Verdict",
-    "is_read", "judge", "mysql_mode_lexes_as_parsed", "mysql_sql_mode",
+    "DIALECTS", "MAX_NESTING", "MAX_SQL_BYTES", "MAX_SQL_CHARS", "POSTGRESQL_SESSION_OPTIONS",
+    "SQLITE_MAX_LENGTH", "SessionMismatch", "Verdict", "is_read", "judge",
+    "mysql_mode_lexes_as_parsed", "mysql_sql_mode", "sqlite_limit",
 ]  # fmt: skip
 
 #: PAW's dialect names (and their aliases) → the dialect of the allow-lists.
@@ -55,8 +62,17 @@ DIALECTS = {
 #: sqlglot's name for each dialect.
 _SQLGLOT = {"postgresql": "postgres", "mysql": "mysql", "sqlite": "sqlite"}
 _LABELS = {"postgresql": "PostgreSQL", "mysql": "MySQL / MariaDB", "sqlite": "SQLite"}
-#: Longer statements are not judged (not a read): parsing time stays bounded.
-MAX_SQL_CHARS = 100_000
+#: Longer statements (in bytes of UTF-8) are not judged (not a read), before they are
+#: tokenized: parsing time and memory stay bounded. ``MAX_SQL_CHARS`` is its older name.
+MAX_SQL_BYTES = 100_000
+MAX_SQL_CHARS = MAX_SQL_BYTES
+#: Deepest nesting judged, counted on the tokens before parsing (:func:`_nesting`): each
+#: open parenthesis, bracket or brace, each ``CASE``, each subscript of a chain
+#: (``a[1][1]``) and each operator of a run of prefix operators (``NOT NOT``, ``- -``)
+#: is one level. The parser recurses about 25 Python frames a level (and took quadratic
+#: time on long subscript chains): deeper statements are not reads, and a
+#: ``RecursionError`` of the parser is an answer (``too_deep``), never raised.
+MAX_NESTING = 24
 #: Words between ``EXPLAIN`` and the statement it explains (PostgreSQL's ``ANALYZE
 #: VERBOSE``, MySQL's ``FORMAT=JSON`` / ``EXTENDED`` / ``PARTITIONS``, SQLite's ``QUERY
 #: PLAN``); PostgreSQL's parenthesised option list is skipped whole.
@@ -86,6 +102,23 @@ _WRITES = {
 #: which a server's configuration may still turn off; with it off, ``'\\'`` would end
 #: elsewhere than the parser thinks). Both sides add it to every connection they judge for.
 POSTGRESQL_SESSION_OPTIONS = "-c standard_conforming_strings=on"
+#: Bytes of the largest string or blob an SQLite connection that runs judged statements
+#: may make (``SQLITE_LIMIT_LENGTH``; SQLite's default is 1,000,000,000): ``replace`` of
+#: ``replace``, ``||`` in a recursive CTE or ``group_concat`` cannot build more than this
+#: in one value ("string or blob too big"), nor can a stored value larger be read.
+SQLITE_MAX_LENGTH = 32 * 1024 * 1024
+
+
+def sqlite_limit(connection: Any) -> Any:
+    """Set :data:`SQLITE_MAX_LENGTH` on an open ``sqlite3.Connection`` (Python 3.11+
+    ``setlimit``) and return it. Both sides call it on every connection that runs a
+    judged statement."""
+    import sqlite3
+
+    connection.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, SQLITE_MAX_LENGTH)
+    return connection
+
+
 #: ``sql_mode`` flags under which MySQL / MariaDB read a statement otherwise than the
 #: parser: ``"…"`` as a name instead of a string (``ANSI_QUOTES``, part of ``ANSI``),
 #: backslashes as plain characters (``NO_BACKSLASH_ESCAPES``).
@@ -138,8 +171,10 @@ class Verdict:
     ``several_statements``, ``unparsed``, ``not_a_query``, ``writes``, ``function``
     (a call outside the allow-list), ``qualified_function``, ``quoted_function``,
     ``unknown_node`` (a construct PAW does not know to be a read), ``field_of_expression``
-    (``(x).f``), ``executable_comment``, ``unusual_character``, ``too_long``,
-    ``unknown_dialect``. ``reason``: one sentence
+    (``(x).f``), ``secret_table`` (``pg_authid``, ``mysql.user``...),
+    ``function_of_row`` (``q.f`` of a function ``q`` in FROM without a column ``f``: the
+    call ``f(q)``), ``executable_comment``, ``unusual_character``, ``too_long`` (over
+    :data:`MAX_SQL_BYTES`), ``too_deep`` (over :data:`MAX_NESTING`), ``unknown_dialect``. ``reason``: one sentence
     for a person or the model (empty for a read). ``tables``: the tables and views it
     reads (``schema.table`` where qualified; CTE names left out), ``functions``: the
     functions it calls by name (lower-case), both sorted; filled for a read and for a
@@ -163,16 +198,21 @@ def is_read(sql: str, *, dialect: str) -> bool:
 def judge(sql: str, *, dialect: str) -> Verdict:
     """Judge ``sql`` for ``dialect`` (``postgresql``, ``mysql`` or ``sqlite``, or an alias
     in :data:`DIALECTS`) by the rules of the module docstring. Never raises: anything
-    that cannot be judged (a parser failure, a statement over :data:`MAX_SQL_CHARS`
-    characters, an unknown dialect) is a :class:`Verdict` that is not a read."""
+    that cannot be judged (a parser failure, a statement over :data:`MAX_SQL_BYTES`
+    bytes or nested deeper than :data:`MAX_NESTING`, an unknown dialect) is a
+    :class:`Verdict` that is not a read."""
     canonical = DIALECTS.get(str(dialect).strip().lower())
     if canonical is None:
         return Verdict(False, "unknown_dialect", f"PAW knows no SQL dialect {dialect!r}")
     if not isinstance(sql, str) or not sql.strip():
         return Verdict(False, "empty", "there is no statement")
-    if len(sql) > MAX_SQL_CHARS:
+    # A character is 1 to 4 bytes: the length in characters settles most statements
+    # without encoding them (a lone surrogate is encoded as is, and refused below).
+    if len(sql) > MAX_SQL_BYTES or len(sql.encode("utf-8", "surrogatepass")) > MAX_SQL_BYTES:
         return Verdict(
-            False, "too_long", f"a statement over {MAX_SQL_CHARS:,} characters is not checked"
+            False,
+            "too_long",
+            f"it is longer than {MAX_SQL_BYTES:,} bytes, more than PAW checks for a read",
         )
     odd = _unusual_character(sql)
     if odd is not None:
@@ -190,8 +230,10 @@ def judge(sql: str, *, dialect: str) -> Verdict:
         )
     try:
         return _judge(sql, canonical, explain=True)
-    except RecursionError:
-        return Verdict(False, "unparsed", "it is nested too deeply to be parsed")
+    except RecursionError:  # a tree deeper than the bound foresaw (a long operator chain)
+        return _TOO_DEEP
+    except Exception as exc:  # a failure of the parser's or of this module: not a read
+        return Verdict(False, "unparsed", f"it cannot be judged: {_first_line(exc)}")
 
 
 #: The only whitespace and control characters a judged statement may hold.
@@ -218,6 +260,45 @@ def _unusual_character(sql: str) -> str | None:
             name = unicodedata.name(char, "unnamed")
             return f"U+{ord(char):04X} ({name})"
     return None
+
+
+_TOO_DEEP = Verdict(
+    False,
+    "too_deep",
+    f"it is nested more than {MAX_NESTING} levels deep (parentheses, brackets, CASE, "
+    "subscripts or prefix operators), more than PAW checks for a read",
+)
+_OPENERS = ("L_PAREN", "L_BRACKET", "L_BRACE", "CASE")
+_CLOSERS = ("R_PAREN", "R_BRACKET", "R_BRACE", "END")
+_PREFIX_OPERATORS = ("NOT", "DASH", "PLUS", "TILDE", "EXCLAMATION")
+
+
+def _nesting(tokens: list[Any]) -> int:
+    """How deep ``tokens`` nest, by :data:`MAX_NESTING`'s count: one level per open
+    parenthesis, bracket, brace or ``CASE`` not yet closed, one per subscript of a chain
+    (``a[1][1]``: each ``]`` followed by ``[``) and one per operator of a run of operators
+    that may be prefix ones (``NOT NOT x``, ``- - 1``). Linear time."""
+    from sqlglot.tokens import TokenType
+
+    openers = {getattr(TokenType, name) for name in _OPENERS}
+    closers = {getattr(TokenType, name) for name in _CLOSERS}
+    prefix = {getattr(TokenType, name) for name in _PREFIX_OPERATORS}
+    depth = deepest = run = chain = 0
+    previous = None
+    for token in tokens:
+        kind = token.token_type
+        run = run + 1 if kind in prefix else 0
+        if kind == TokenType.L_BRACKET and previous == TokenType.R_BRACKET:
+            chain += 1
+        elif previous == TokenType.R_BRACKET:
+            chain = 0
+        if kind in openers:
+            depth += 1
+        elif kind in closers:
+            depth -= 1
+        deepest = max(deepest, depth + run + chain)
+        previous = kind
+    return deepest
 
 
 def _a(word: str) -> str:
@@ -262,6 +343,8 @@ def _judge(sql: str, dialect: str, *, explain: bool) -> Verdict:
         return Verdict(
             False, "several_statements", "it is several statements; a read is exactly one"
         )
+    if _nesting(tokens) > MAX_NESTING:
+        return _TOO_DEEP
     if explain and tokens[0].text.upper() in _EXPLAIN_KEYWORDS:
         return _explained(sql, tokens[0], dialect)
     problem = _parser_function_names(tokens, sql, dialect)
@@ -269,6 +352,8 @@ def _judge(sql: str, dialect: str, *, explain: bool) -> Verdict:
         return Verdict(False, *problem)
     try:
         parsed = sqlglot.parse(sql, read=_SQLGLOT[dialect])
+    except RecursionError:
+        return _TOO_DEEP
     except Exception as exc:  # ParseError, or any failure of the parser
         return Verdict(False, "unparsed", f"it cannot be parsed: {_first_line(exc)}")
     from sqlglot import exp
@@ -335,8 +420,33 @@ def _tree_verdict(root: Any, sql: str, dialect: str) -> Verdict:
     def refused(code: str, reason: str) -> Verdict:
         return Verdict(False, code, reason, tuple(sorted(tables)), tuple(sorted(functions)))
 
+    rows = _function_items(root, sql) if dialect == "postgresql" else {}
     for node in root.walk():
         kind = type(node).__name__
+        if rows and isinstance(node, exp.Column) and node.table and not node.args.get("db"):
+            columns = rows.get(_folded(node.args["table"]))
+            name = node.this
+            if (
+                columns is not None
+                and isinstance(name, exp.Identifier)
+                and (_folded(name) not in columns)
+            ):
+                return refused(
+                    "function_of_row",
+                    f"it names {node.sql(dialect='postgres')[:80]}, and {node.table} "
+                    f"(a function in FROM) has no column {name.name}: PostgreSQL reads "
+                    f"that as the call {name.name}({node.table})",
+                )
+        if (
+            isinstance(node, exp.Table)
+            and isinstance(node.this, exp.Func)
+            and (node.args.get("db") or node.args.get("catalog"))
+        ):
+            return refused(
+                "qualified_function",
+                f"it calls {node.this.sql(dialect=_SQLGLOT[dialect])[:60]} in FROM by a "
+                "schema-qualified name; a read calls functions by their plain names only",
+            )
         if isinstance(node, exp.Func):
             problem = _function_problem(node, sql, dialect, functions)
             if problem is not None:
@@ -368,9 +478,89 @@ def _tree_verdict(root: Any, sql: str, dialect: str) -> Verdict:
             )
         if isinstance(node, exp.Table) and isinstance(node.this, exp.Identifier):
             name = ".".join(part.name for part in node.parts)
+            secret = _secret_table(node, dialect)
+            if secret:
+                return refused(
+                    "secret_table",
+                    f"it reads {secret}, where the server keeps passwords or large objects; "
+                    "a read never names it",
+                )
             if name.lower() not in ctes:
                 tables.add(name)
     return Verdict(True, "read", "", tuple(sorted(tables)), tuple(sorted(functions)))
+
+
+#: The columns of PostgreSQL's set-returning functions that return rows of their own (OUT
+#: parameters) rather than one value, when used in FROM without a column list.
+_FUNCTION_COLUMNS = {
+    "json_each": ("key", "value"), "jsonb_each": ("key", "value"),
+    "json_each_text": ("key", "value"), "jsonb_each_text": ("key", "value"),
+    "json_array_elements": ("value",), "jsonb_array_elements": ("value",),
+    "json_array_elements_text": ("value",), "jsonb_array_elements_text": ("value",),
+}  # fmt: skip
+
+
+def _folded(identifier: Any) -> str:
+    """A name as PostgreSQL looks it up: a quoted one as written, a plain one in lower case."""
+    if getattr(identifier, "quoted", False):
+        return str(identifier.name)
+    return str(getattr(identifier, "name", identifier)).lower()
+
+
+def _function_items(root: Any, sql: str) -> dict[str, frozenset[str]]:
+    """PostgreSQL's FROM items that are function calls (``FROM concat('x') AS q``,
+    ``LATERAL f(…) AS q``, ``ROWS FROM (…)``): the name each answers to → the columns it
+    has. A function returning one value gives one column, named after the item's alias
+    (or the function); one returning rows, the columns of :data:`_FUNCTION_COLUMNS`; an
+    item's column list (``AS q(a, b)``, ``WITH ORDINALITY``) wins. Anything else —
+    ``q.f`` for a name ``f`` that is no column of ``q`` — PostgreSQL reads as the call
+    ``f(q)``, with the value the function returned: any one-argument function."""
+    from sqlglot import exp
+
+    items: dict[str, frozenset[str]] = {}
+    for node in root.find_all(exp.Table, exp.Lateral):
+        function = node.this
+        rows_from = node.args.get("rows_from") if isinstance(node, exp.Table) else None
+        if not isinstance(function, exp.Func) and not rows_from:
+            continue
+        meta = function.meta if isinstance(function, exp.Func) else {}
+        if meta and "start" in meta and "end" in meta:
+            called = sql[meta["start"] : meta["end"] + 1].lower()
+        elif isinstance(function, exp.Anonymous):
+            called = str(function.name).lower()
+        else:
+            called = ""
+        alias = node.args.get("alias")
+        name = _folded(alias.this) if alias is not None and alias.this else called
+        listed = [
+            _folded(column.this if isinstance(column, exp.ColumnDef) else column)
+            for column in (alias.columns if alias is not None else [])
+        ]
+        if listed:
+            columns = set(listed)
+        elif rows_from:
+            columns = set()  # several functions: their columns are listed or unknown
+        elif called in _FUNCTION_COLUMNS:
+            columns = set(_FUNCTION_COLUMNS[called])
+        else:
+            columns = {name}
+        if node.args.get("ordinality") and not listed:
+            columns.add("ordinality")
+        if name:
+            # The same name twice (in two subqueries): only what both have.
+            items[name] = frozenset(columns) & items.get(name, frozenset(columns))
+    return items
+
+
+def _secret_table(node: Any, dialect: str) -> str:
+    """The name of :data:`allowlist.SECRET_TABLES` that a ``Table`` node names, or ``""``:
+    on PostgreSQL its own name in any schema, on MySQL ``database.table``."""
+    parts = [str(part.name).lower() for part in node.parts]
+    secrets = SECRET_TABLES[dialect]
+    if dialect == "postgresql":
+        return parts[-1] if parts[-1] in secrets else ""
+    qualified = ".".join(parts[-2:])
+    return qualified if qualified in secrets else ""
 
 
 def _plain_name_part(node: Any) -> bool:
@@ -386,22 +576,45 @@ def _plain_name_part(node: Any) -> bool:
 
 
 def _parser_function_names(tokens: list[Any], sql: str, dialect: str) -> tuple[str, str] | None:
-    """The calls the parser reads with a grammar of their own (``CAST(``, ``MAX_BY(``,
-    ``INITCAP(``...: its ``FUNCTION_PARSERS``) carry no position in the tree: their names
-    are checked here, on the tokens, against the dialect's list (a database may have a
-    user-defined function of that name). On MySQL every call's name must touch its
-    parenthesis: ``count (x)`` calls a stored function named ``count``."""
+    """Every name the parser knows as a function, followed by ``(``, checked here on the
+    tokens against the dialect's list: the calls the parser reads with a grammar of their
+    own (``CAST(``, ``MAX_BY(``, ``INITCAP(``...: its ``FUNCTION_PARSERS``) and some it
+    maps by name (``IF(``, ``VAR_MAP(``, ``TS_OR_DS_TO_DATE_STR(``...) carry no position
+    in the tree, and become nodes judged by kind (``If``, ``Array``, ``Cast``): a
+    database without that function built in runs a user-defined one of that name. On
+    MySQL every such call's name must touch its parenthesis: ``count (x)`` calls a stored
+    function named ``count``. A quoted name is left to the tree (``quoted_function``)."""
     from sqlglot.dialects.dialect import Dialect
     from sqlglot.tokens import TokenType
 
-    special = Dialect.get_or_raise(_SQLGLOT[dialect]).parser_class.FUNCTION_PARSERS
+    parser = Dialect.get_or_raise(_SQLGLOT[dialect]).parser_class
+    special = parser.FUNCTION_PARSERS
+    known = _parser_names(dialect)
+    callable_tokens = parser.FUNC_TOKENS
+    # After a value or AS, a name and "(" are an operator's (x LIKE (…)), a type's
+    # (CAST(x AS DECIMAL(10, 2))) or an alias's column list: never a call.
+    no_call_after = {
+        TokenType.VAR, TokenType.IDENTIFIER, TokenType.NUMBER, TokenType.STRING,
+        TokenType.R_PAREN, TokenType.R_BRACKET, TokenType.NULL, TokenType.TRUE,
+        TokenType.FALSE, TokenType.STAR, TokenType.ALIAS,
+    }  # fmt: skip
+    previous = None
     for name, after in itertools.pairwise(tokens):
-        if after.token_type != TokenType.L_PAREN or name.token_type == TokenType.STRING:
+        before, previous = previous, name.token_type
+        if after.token_type != TokenType.L_PAREN or name.token_type in (
+            TokenType.STRING,
+            TokenType.IDENTIFIER,
+        ):
             continue
         word = name.text.upper()
         if word == "VALUES":  # a VALUES list, or MySQL's VALUES(col) of an upsert: no call
             continue
-        if word in special and word.lower() not in FUNCTIONS[dialect]:
+        if (
+            word in known
+            and name.token_type in callable_tokens
+            and before not in no_call_after
+            and word.lower() not in FUNCTIONS[dialect]
+        ):
             return (
                 "function",
                 f"it calls {word.lower()}(), which is not on the list of functions a read may "
@@ -416,6 +629,32 @@ def _parser_function_names(tokens: list[Any], sql: str, dialect: str) -> tuple[s
     return None
 
 
+#: Words followed by ``(`` that are syntax, not calls, though the parser also knows a
+#: function of that name (``EXISTS (SELECT …)``, ``ARRAY(SELECT …)``, ``ANY (…)``...).
+_NOT_CALLS = frozenset(
+    {"EXISTS", "ARRAY", "ANY", "ALL", "SOME", "ROW", "IN", "OVER", "FILTER", "USING",
+     "ROLLUP", "CUBE", "GROUPING", "LATERAL", "UNNEST", "STRUCT", "MAP", "TUPLE"}
+)  # fmt: skip
+_NAMES_CACHE: dict[str, frozenset[str]] = {}
+
+
+def _parser_names(dialect: str) -> frozenset[str]:
+    """The upper-case names the parser of ``dialect`` maps to a function (its
+    ``FUNCTIONS`` and ``FUNCTION_PARSERS``), but for :data:`_NOT_CALLS`."""
+    names = _NAMES_CACHE.get(dialect)
+    if names is None:
+        from sqlglot.dialects.dialect import Dialect
+
+        parser = Dialect.get_or_raise(_SQLGLOT[dialect]).parser_class
+        names = frozenset(set(parser.FUNCTIONS) | set(parser.FUNCTION_PARSERS)) - _NOT_CALLS
+        _NAMES_CACHE[dialect] = names
+    return names
+
+
+#: A function name that may be on an allow-list: ASCII letters, digits and ``_``.
+_PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
 def _function_problem(
     node: Any, sql: str, dialect: str, functions: set[str]
 ) -> tuple[str, str] | None:
@@ -426,6 +665,12 @@ def _function_problem(
     from sqlglot import exp
 
     meta = node.meta or {}
+    if type(node).__name__ in SYNTAX_REFUSED[dialect]:
+        return (
+            "function",
+            "it matches a regular expression (REGEXP / RLIKE), whose backtracking on "
+            f"{_LABELS[dialect]} may spend the server's CPU for seconds on every row",
+        )
     if "start" in meta and "end" in meta:
         text = sql[meta["start"] : meta["end"] + 1]
     elif isinstance(node, exp.Anonymous):
@@ -441,6 +686,14 @@ def _function_problem(
         return (
             "quoted_function",
             f"it calls {text}() by a quoted name, which names a user-defined function",
+        )
+    if not _PLAIN_NAME.fullmatch(text):
+        # Only ASCII names are on the lists: "ranK" (U+212A KELVIN SIGN) is "rank" in
+        # Python's lower case, and a name of its own to PostgreSQL (which folds ASCII only).
+        return (
+            "function",
+            f"it calls {text}(), whose name is not a plain ASCII name; only those are on the "
+            f"list of functions a read may call on {_LABELS[dialect]}",
         )
     name = text.lower()
     functions.add(name)

@@ -11,17 +11,31 @@ function names are the databases' own, from their manuals:
   of "System Information Functions" (chapter 9.27) — none of "System Administration
   Functions" (9.28: signalling backends, files, settings, advisory locks, WAL),
   sequence functions (``nextval``, ``setval``), large objects, ``dblink``, ``pg_notify``,
-  ``pg_sleep`` or ``query_to_xml`` (which runs the SQL text it is given).
+  ``pg_sleep`` or ``query_to_xml`` (which runs the SQL text it is given); nor the
+  functions whose argument is a size to allocate: ``repeat``, ``lpad``, ``rpad``,
+  ``format`` (its widths, ``%1000000000s``) and ``array_fill`` make a value of up to
+  1 GB at once, which neither ``statement_timeout`` (it is made in well under the
+  timeout) nor ``work_mem`` (it is no sort or hash) bounds. ``generate_series`` and the
+  aggregates stay: in FROM a function's rows go to a tuplestore that spills to disk past
+  ``work_mem``, in the select list they stream, and ``string_agg`` / ``array_agg`` grow
+  one row at a time, at the pace rows are read, up to PostgreSQL's 1 GB per value
+  within ``statement_timeout``.
 - MySQL 8.4 / MariaDB 11, "Functions and Operators" (chapter 14): string, numeric,
   date/time, JSON, aggregate, window, cast, flow control, encryption's pure functions and
-  harmless information functions — not ``LOAD_FILE``, ``SLEEP``, ``BENCHMARK``,
+  harmless information functions — not the regular expressions (``REGEXP``, ``RLIKE``,
+  ``REGEXP_REPLACE`` / ``_SUBSTR`` / ``_INSTR`` / ``_LIKE``: PCRE's backtracking), nor
+  ``LOAD_FILE``, ``SLEEP``, ``BENCHMARK``,
   ``GET_LOCK`` / ``RELEASE_LOCK``, ``LAST_INSERT_ID(expr)`` (which sets it) or
   ``SOURCE_POS_WAIT``.
 - SQLite 3.45, "Built-in Scalar SQL Functions", "Date And Time Functions", "Built-in
   Aggregate Functions", "Window Functions", "Mathematical Functions", "JSON Functions" and
   the table-valued pragma functions without side effects — not ``load_extension``, the
-  shell's ``readfile`` / ``writefile`` / ``edit``, ``fts3_tokenizer``, or
-  ``randomblob`` / ``zeroblob`` (a size argument makes them allocate any amount).
+  shell's ``readfile`` / ``writefile`` / ``edit``, ``fts3_tokenizer``, nor the functions
+  whose argument is a size to allocate: ``randomblob`` / ``zeroblob`` and ``printf`` /
+  ``format`` (``printf('%.*c', 2000000000, 'x')`` asks for 2 GB). What still builds a
+  big value from a small statement (``replace`` of ``replace``, ``||`` in a recursive
+  CTE) is bounded by the connection: both sides open SQLite with
+  ``SQLITE_LIMIT_LENGTH`` at ``paw_sqlcheck.SQLITE_MAX_LENGTH``.
 """
 
 from __future__ import annotations
@@ -88,6 +102,29 @@ SYNTAX_FUNCTIONS = frozenset(
     }
 )  # fmt: skip
 
+#: Syntax-made functions allowed by kind elsewhere (:data:`SYNTAX_FUNCTIONS`) but not in
+#: a dialect's reads. MySQL / MariaDB: ``REGEXP`` / ``RLIKE`` (and the ``REGEXP_*``
+#: functions, off its list below) run PCRE, whose backtracking on a pattern like
+#: ``^(\w+\s?)*$`` spends up to its match limit (10 million steps, about 0.4 s) on every
+#: row, which ``max_statement_time`` only stops between rows.
+SYNTAX_REFUSED: dict[str, frozenset[str]] = {
+    "postgresql": frozenset(),
+    "mysql": frozenset({"RegexpLike", "RegexpILike"}),
+    "sqlite": frozenset(),
+}
+
+#: Tables and views a read never names, per dialect (lower case; PostgreSQL's by their
+#: own name in any schema, MySQL's as ``database.table``): where the server keeps
+#: password hashes (``pg_authid``, ``pg_shadow``, ``mysql.user``, ``mysql.global_priv``),
+#: the passwords of foreign-server user mappings (``pg_user_mappings``) and the contents
+#: of large objects (``pg_largeobject``). The database's grants refuse them to a reader
+#: too (the second wall); this refuses them to a privileged user PAW was told to accept.
+SECRET_TABLES: dict[str, frozenset[str]] = {
+    "postgresql": frozenset({"pg_authid", "pg_shadow", "pg_user_mappings", "pg_largeobject"}),
+    "mysql": frozenset({"mysql.user", "mysql.global_priv"}),
+    "sqlite": frozenset(),
+}
+
 _AGGREGATE_AND_WINDOW = """
     avg count max min sum
     row_number rank dense_rank percent_rank cume_dist ntile lag lead first_value
@@ -109,18 +146,18 @@ _POSTGRESQL = (
     acos acosd asin asind atan atand atan2 atan2d cos cosd cot cotd sin sind tan tand sinh
     cosh tanh asinh acosh atanh erf erfc
     ascii bit_length btrim char_length character_length chr concat concat_ws convert_from
-    convert_to decode encode format initcap left length lower lpad ltrim md5 normalize
+    convert_to decode encode initcap left length lower ltrim md5 normalize
     octet_length overlay parse_ident position quote_ident quote_literal quote_nullable
     regexp_count regexp_instr regexp_like regexp_match regexp_matches regexp_replace
-    regexp_split_to_array regexp_split_to_table regexp_substr repeat replace reverse
-    right rpad rtrim sha224 sha256 sha384 sha512 split_part starts_with string_to_array
+    regexp_split_to_array regexp_split_to_table regexp_substr replace reverse
+    right rtrim sha224 sha256 sha384 sha512 split_part starts_with string_to_array
     string_to_table strpos substr substring to_ascii to_hex translate trim unistr upper
     casefold get_bit get_byte bit_count
     age clock_timestamp date_add date_bin date_part date_subtract date_trunc extract
     isfinite justify_days justify_hours justify_interval make_date make_interval
     make_time make_timestamp make_timestamptz now statement_timestamp timeofday
     transaction_timestamp to_char to_date to_number to_timestamp timezone
-    array_append array_cat array_dims array_fill array_length array_lower array_ndims
+    array_append array_cat array_dims array_length array_lower array_ndims
     array_position array_positions array_prepend array_remove array_replace
     array_to_string array_upper cardinality trim_array unnest generate_series
     generate_subscripts
@@ -167,7 +204,7 @@ _MYSQL = (
     ascii bin bit_length char char_length character_length concat concat_ws elt
     export_set field find_in_set format from_base64 hex insert instr lcase left length
     locate lower lpad ltrim make_set mid oct octet_length ord position quote
-    regexp_instr regexp_like regexp_replace regexp_substr repeat replace reverse right
+    repeat replace reverse right
     rpad rtrim soundex space strcmp substr substring substring_index to_base64 trim ucase
     unhex upper weight_string
     adddate addtime convert_tz curdate current_date current_time current_timestamp
@@ -196,8 +233,8 @@ _SQLITE = (
     _AGGREGATE_AND_WINDOW
     + """
     group_concat string_agg total cast
-    abs char coalesce concat concat_ws format glob hex ifnull iif instr length like
-    likelihood likely lower ltrim nullif octet_length printf quote random replace round
+    abs char coalesce concat concat_ws glob hex ifnull iif instr length like
+    likelihood likely lower ltrim nullif octet_length quote random replace round
     rtrim sign soundex sqlite_version substr substring trim typeof unhex unicode
     unlikely upper changes total_changes last_insert_rowid
     date time datetime julianday unixepoch strftime timediff

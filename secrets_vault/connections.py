@@ -44,6 +44,7 @@ from paw_sqlcheck import (
     judge,
     mysql_mode_lexes_as_parsed,
     mysql_sql_mode,
+    sqlite_limit,
 )
 from secrets_vault.placeholders import PLACEHOLDER, placeholder_whole
 
@@ -405,7 +406,35 @@ POSTGRESQL_REFUSED_ROLES = (
     "pg_read_server_files", "pg_write_server_files", "pg_execute_server_program",
     "pg_signal_backend",
 )  # fmt: skip
-#: PostgreSQL roles and attributes worth saying, which a read-only transaction contains.
+#: PostgreSQL's administration functions that only a superuser may run unless EXECUTE
+#: is granted (PostgreSQL 17 manual, "System Administration Functions"; PUBLIC has none
+#: of them): the server's files and directories, large-object files, configuration,
+#: logs, WAL and backups, statistics resets. A read-only datasource's user that may
+#: execute one (itself or through a role it is a member of) is refused. Not here:
+#: ``pg_cancel_backend`` / ``pg_terminate_backend`` and ``set_config``, which every role
+#: may execute and which check for themselves (another role's sessions need
+#: ``pg_signal_backend``, refused above; a user's own settings are the judge's business).
+POSTGRESQL_ADMIN_FUNCTIONS = (
+    "pg_read_file", "pg_read_binary_file", "pg_ls_dir", "pg_stat_file", "pg_ls_logdir",
+    "pg_ls_waldir", "pg_ls_tmpdir", "pg_ls_archive_statusdir", "pg_ls_logicalsnapdir",
+    "pg_ls_logicalmapdir", "pg_ls_replslotdir", "pg_current_logfile", "lo_import",
+    "lo_export", "pg_reload_conf", "pg_rotate_logfile", "pg_promote", "pg_backup_start",
+    "pg_backup_stop", "pg_start_backup", "pg_stop_backup", "pg_switch_wal",
+    "pg_create_restore_point", "pg_log_backend_memory_contexts", "pg_stat_reset",
+    "pg_stat_reset_shared", "pg_stat_reset_single_table_counters",
+    "pg_stat_reset_single_function_counters", "pg_stat_reset_slru",
+    "pg_stat_reset_replication_slot", "pg_replication_origin_create",
+    "pg_replication_origin_drop", "pg_replication_origin_advance", "pg_file_write",
+    "pg_file_rename", "pg_file_unlink", "pg_file_sync", "pg_logdir_ls",
+)  # fmt: skip
+#: PostgreSQL role attributes that reach beyond reading (roles, databases, row security,
+#: the WAL stream), with their ``pg_roles`` columns in the order the check reads them:
+#: refused on the user and on any role it is a member of (SET ROLE).
+_POSTGRESQL_REFUSED_ATTRIBUTES = (
+    ("CREATEROLE", "rolcreaterole"), ("CREATEDB", "rolcreatedb"),
+    ("REPLICATION", "rolreplication"), ("BYPASSRLS", "rolbypassrls"),
+)  # fmt: skip
+#: PostgreSQL roles worth saying, whose powers a read-only transaction contains.
 _POSTGRESQL_NOTED_ROLES = ("pg_write_all_data",)
 #: The MySQL / MariaDB privileges that only read: any other one a read-only datasource's
 #: user holds (``FILE``, ``SUPER``, ``PROCESS``, every write privilege...) is refused.
@@ -441,8 +470,9 @@ class UserPrivileges:
 
 def user_privileges(*, dialect: str, conn: Any) -> UserPrivileges:
     """What the user of the open DB-API connection ``conn`` can do beyond reading
-    (PostgreSQL: superuser, membership of :data:`POSTGRESQL_REFUSED_ROLES`, tables it may
-    change, role attributes; MySQL / MariaDB: every privilege outside
+    (PostgreSQL: superuser, membership of :data:`POSTGRESQL_REFUSED_ROLES`, EXECUTE on
+    :data:`POSTGRESQL_ADMIN_FUNCTIONS` or a superuser's SECURITY DEFINER function, role
+    attributes, tables it may change; MySQL / MariaDB: every privilege outside
     :data:`MYSQL_READ_PRIVILEGES`, global, per database, table or column, its own and its
     roles'). SQLite has no users: nothing. Driver errors pass through."""
     if dialect == "postgresql":
@@ -453,11 +483,17 @@ def user_privileges(*, dialect: str, conn: Any) -> UserPrivileges:
 
 
 def _postgresql_privileges(conn: Any) -> UserPrivileges:
+    """What a PostgreSQL user can do beyond reading. Refused: superuser; membership of a
+    superuser role or of :data:`POSTGRESQL_REFUSED_ROLES`; EXECUTE on one of
+    :data:`POSTGRESQL_ADMIN_FUNCTIONS`; EXECUTE on a superuser's ``SECURITY DEFINER``
+    function outside ``pg_catalog`` / ``information_schema`` (it runs as the superuser);
+    ``CREATEROLE``, ``CREATEDB``, ``REPLICATION``, ``BYPASSRLS`` — each held by the user or
+    by a role it is a member of (``pg_has_role(…, 'MEMBER')``: ``NOINHERIT`` members too,
+    since ``SET ROLE`` gives them all). Noted: tables it may change, ``pg_write_all_data``."""
     row = conn.execute(
-        "SELECT rolsuper, rolcreaterole, rolcreatedb, rolreplication, rolbypassrls "
-        "FROM pg_roles WHERE rolname = current_user"
+        "SELECT rolsuper, current_user FROM pg_roles WHERE rolname = current_user"
     ).fetchone()
-    superuser, createrole, createdb, replication, bypassrls = row or (False,) * 5
+    superuser, user = (bool(row[0]), str(row[1])) if row else (False, "")
     refused = ["superuser"] if superuser else []
     if not superuser:
         # A member of a superuser role (NOINHERIT too) becomes one with SET ROLE.
@@ -479,6 +515,17 @@ def _postgresql_privileges(conn: Any) -> UserPrivileges:
     }
     if not superuser:  # a superuser counts as a member of every role: say it once
         refused += [f"member of {name}" for name in POSTGRESQL_REFUSED_ROLES if name in members]
+        refused += _postgresql_executable(conn)
+        for role, *held in conn.execute(
+            "SELECT rolname, rolcreaterole, rolcreatedb, rolreplication, rolbypassrls "
+            "FROM pg_roles WHERE pg_has_role(current_user, oid, 'MEMBER') AND NOT rolsuper "
+            "ORDER BY rolname <> current_user, rolname"
+        ).fetchall():
+            refused += [
+                word if role == user else f"{word} through role {role}"
+                for (word, _), has in zip(_POSTGRESQL_REFUSED_ATTRIBUTES, held, strict=True)
+                if has
+            ]
     writable = conn.execute(
         "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
         "WHERE c.relkind IN ('r', 'p') "
@@ -490,15 +537,38 @@ def _postgresql_privileges(conn: Any) -> UserPrivileges:
     noted += [
         f"member of {name}" for name in _POSTGRESQL_NOTED_ROLES if name in members and not superuser
     ]
-    noted += [
-        word
-        for word, held in (
-            ("CREATEROLE", createrole), ("CREATEDB", createdb), ("REPLICATION", replication),
-            ("BYPASSRLS", bypassrls),
-        )
-        if held and not superuser
-    ]  # fmt: skip
     return UserPrivileges(refused=tuple(refused), noted=tuple(noted))
+
+
+def _postgresql_executable(conn: Any) -> list[str]:
+    """``EXECUTE on <function>`` for each of :data:`POSTGRESQL_ADMIN_FUNCTIONS` and each
+    superuser-owned ``SECURITY DEFINER`` function outside the system schemas (in a schema
+    it may use) that the user, or a role it is a member of, may execute."""
+    admin = [
+        f"EXECUTE on {name}"
+        for (name,) in conn.execute(
+            "SELECT DISTINCT p.proname FROM pg_proc p "
+            "JOIN pg_namespace n ON n.oid = p.pronamespace "
+            "JOIN pg_roles r ON pg_has_role(current_user, r.oid, 'MEMBER') AND NOT r.rolsuper "
+            "WHERE n.nspname = 'pg_catalog' AND p.proname = ANY(%s) "
+            "AND has_function_privilege(r.oid, p.oid, 'EXECUTE') ORDER BY 1",
+            [list(POSTGRESQL_ADMIN_FUNCTIONS)],
+        ).fetchall()
+    ]
+    definer = [
+        f"EXECUTE on {name}, a superuser's SECURITY DEFINER function"
+        for (name,) in conn.execute(
+            "SELECT DISTINCT n.nspname || '.' || p.proname FROM pg_proc p "
+            "JOIN pg_namespace n ON n.oid = p.pronamespace "
+            "JOIN pg_roles o ON o.oid = p.proowner "
+            "JOIN pg_roles r ON pg_has_role(current_user, r.oid, 'MEMBER') AND NOT r.rolsuper "
+            "WHERE p.prosecdef AND o.rolsuper "
+            "AND n.nspname NOT IN ('pg_catalog', 'information_schema') "
+            "AND has_schema_privilege(r.oid, n.oid, 'USAGE') "
+            "AND has_function_privilege(r.oid, p.oid, 'EXECUTE') ORDER BY 1 LIMIT 20"
+        ).fetchall()
+    ]
+    return admin + definer
 
 
 def _mysql_privileges(conn: Any) -> UserPrivileges:
@@ -548,8 +618,10 @@ def _mysql_grant_powers(line: str) -> set[str]:
     """What one ``SHOW GRANTS`` line gives beyond reading: ``GRANT <privileges> ON
     <object> TO <grantee> [... WITH GRANT OPTION]`` → the privileges outside
     :data:`MYSQL_READ_PRIVILEGES` (``ALL PRIVILEGES`` as is), ``EXECUTE on a routine``,
-    ``GRANT OPTION``, ``PROXY``; a role grant (``GRANT role TO user``: no ``ON``) gives
-    nothing by itself (its grants are read with the role). Tokens by sqlglot's MySQL
+    ``GRANT OPTION``, ``PROXY``, ``SELECT on *.*`` (every database, ``mysql`` with its
+    password hashes too) and ``SELECT on mysql.…``; a role grant (``GRANT role TO user``:
+    no ``ON``) gives nothing by itself (its grants are read with the role), nor does the
+    ``SET DEFAULT ROLE role FOR user`` line MariaDB adds to them. Tokens by sqlglot's MySQL
     tokenizer (names and quotes as the server writes them); a line it cannot read counts
     as ``an unreadable grant``."""
     from sqlglot.dialects.dialect import Dialect
@@ -562,6 +634,8 @@ def _mysql_grant_powers(line: str) -> set[str]:
     # Quoted names and strings are objects and grantees, never the grammar's words.
     quoted = (TokenType.STRING, TokenType.IDENTIFIER)
     words = [t.text.upper() if t.token_type not in quoted else "`" for t in tokens]
+    if words[:3] == ["SET", "DEFAULT", "ROLE"]:
+        return set()  # MariaDB lists the user's default role among its grants: no grant
     if not words or words[0] != "GRANT" or "TO" not in words:
         return {f"an unreadable grant ({line[:60]})"}
     powers: set[str] = set()
@@ -583,6 +657,10 @@ def _mysql_grant_powers(line: str) -> set[str]:
             current.append(word)
     privileges.append(" ".join(current))
     target = words[on + 1] if on + 1 < len(words) else ""
+    # The object as the server names it: `mysql`.* → mysql.*, *.* → *.* (lower case).
+    to = words.index("TO", on)
+    grant_object = "".join(str(t.text) for t in tokens[on + 1 : to]).lower()
+    database = grant_object.partition(".")[0]
     for privilege in filter(None, privileges):
         if privilege == "PROXY":
             powers.add("PROXY")
@@ -590,6 +668,12 @@ def _mysql_grant_powers(line: str) -> set[str]:
             powers.add(f"{privilege} on a {target.lower()}")
         elif privilege not in MYSQL_READ_PRIVILEGES:
             powers.add(privilege)
+        elif privilege == "SELECT" and grant_object == "*.*":
+            # Every database's tables: mysql.user / mysql.global_priv (password hashes)
+            # and any other application's data on the server.
+            powers.add("SELECT on *.*")
+        elif privilege == "SELECT" and database == "mysql":
+            powers.add(f"SELECT on {grant_object}")
     return powers
 
 
@@ -678,7 +762,8 @@ def database_connection(
     ``mode=ro``. ``timeout`` seconds bound connecting and each statement (PostgreSQL
     ``statement_timeout``, MariaDB ``max_statement_time`` / MySQL ``max_execution_time``,
     SQLite an interrupt). An SQLite file that does not exist is an error (sqlite3 would
-    create it). The session must lex statements as ``paw_sqlcheck`` does (PostgreSQL
+    create it); an SQLite connection makes no value over ``paw_sqlcheck.SQLITE_MAX_LENGTH``
+    bytes. The session must lex statements as ``paw_sqlcheck`` does (PostgreSQL
     ``standard_conforming_strings`` on; MySQL without ``ANSI_QUOTES`` and
     ``NO_BACKSLASH_ESCAPES`` once PAW removed them): ``paw_sqlcheck.SessionMismatch``
     otherwise. Driver exceptions pass through; ``ImportError`` when PyMySQL is missing.
@@ -751,7 +836,7 @@ def database_connection(
             raise ConnectionFailed(f"no such file {path}.")
         mode = "ro" if read_only else "rw"
         uri = f"file:{quote(str(path), safe='/')}?mode={mode}"
-        conn = sqlite3.connect(uri, uri=True, timeout=min(timeout, CONNECT_TIMEOUT))
+        conn = sqlite_limit(sqlite3.connect(uri, uri=True, timeout=min(timeout, CONNECT_TIMEOUT)))
         timer = threading.Timer(timeout, conn.interrupt)
         timer.daemon = True
         timer.start()

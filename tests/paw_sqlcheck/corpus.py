@@ -108,7 +108,7 @@ READS: dict[str, list[str]] = {
         "SELECT strftime('%Y', 'now') AS y, date('now', '-1 day') AS yesterday, "
         "julianday('2024-01-02') - julianday('2024-01-01') AS days",
         "SELECT ifnull(NULL, 1) AS f, iif(1, 'y', 'n') AS i, instr('abc', 'b') AS p, "
-        "printf('%05d', 42) AS padded, typeof(1.5) AS t, total(1) AS tot",
+        "substr('00000' || 42, -5) AS padded, typeof(1.5) AS t, total(1) AS tot",
         "SELECT json_extract('{\"a\": [1, 2]}', '$.a[1]') AS second, json_array(1, 2) AS arr",
         "SELECT value FROM json_each('[1, 2, 3]')",
         "SELECT name, type FROM sqlite_master ORDER BY name",
@@ -134,9 +134,45 @@ DIALECT_ATTACKS: dict[str, list[str]] = {
         "SELECT count (id) FROM orders",
         "SELECT lower /* c */ ('A')",
         "SELECT CAST (1 AS CHAR)",
+        "SELECT iif(1, 2, 3)",
+        # Where the server keeps password hashes (the second pass).
+        "SELECT * FROM mysql.user",
+        "SELECT * FROM `mysql`.`global_priv`",
+        # PCRE's backtracking (the second pass): REGEXP / RLIKE and the REGEXP_ functions.
+        "SELECT 'aaaa!' REGEXP '^(\\\\w+\\\\s?)*$'",
+        "SELECT 'aaaa!' RLIKE '^(a+)+$'",
+        "SELECT 'aaaa!' NOT REGEXP '^(a+)+$'",
+        "SELECT REGEXP_REPLACE('aaaa!', '^(a+)+$', 'x')",
+        "SELECT REGEXP_SUBSTR('aaaa!', '^(a+)+$')",
+        "SELECT REGEXP_INSTR('aaaa!', '^(a+)+$')",
+        "SELECT REGEXP_LIKE('aaaa!', '^(a+)+$')",
+        "SELECT glob('a*', 'abc')",
+        "SELECT like('a%', 'abc')",
     ],
-    "postgresql": ["SELECT '\\', pg_read_file('/etc/hostname') --'"],
-    "sqlite": ["SELECT '\\', load_extension('x') --'"],
+    "postgresql": [
+        "SELECT '\\', pg_read_file('/etc/hostname') --'",
+        # A function in FROM is a read elsewhere (MySQL and SQLite refuse to run it).
+        "SELECT q.ts_stat FROM concat('SELECT to_tsvector(pg_sleep(1)::text)') AS q",
+        # Built in elsewhere (MySQL's IF, SQLite's iif, glob and like), not here.
+        "SELECT if(true, 1, 2)",
+        "SELECT iif(true, 1, 2)",
+        "SELECT glob('a*', 'abc')",
+        "SELECT like('a%', 'abc')",
+        # Where the server keeps password hashes (the second pass).
+        "SELECT rolpassword FROM pg_authid",
+        "SELECT * FROM pg_catalog.pg_shadow",
+        # A width of 1 GB (MySQL's FORMAT(X, D) is another function).
+        "SELECT length(format('%1000000000s', 'x'))",
+        # MySQL / MariaDB keep these: a result over max_allowed_packet is NULL there.
+        "SELECT length(repeat('x', 1000000000))",
+        "SELECT length(lpad('', 1000000000, 'x'))",
+        "SELECT length(rpad('', 1000000000, 'x'))",
+    ],
+    "sqlite": [
+        "SELECT '\\', load_extension('x') --'",
+        "SELECT if(1, 2, 3)",
+        "SELECT format('%2000000000d', 1)",  # MySQL's FORMAT(X, D) is another function
+    ],
 }
 
 NBSP = "\u00a0"
@@ -163,11 +199,24 @@ ATTACKS = [
     "SELECT (SELECT 1).pg_sleep",
     "SELECT CAST(1 AS int).pg_sleep",
     "SELECT ('is_superuser').current_setting",
+    # ... and so is q.f of a function q in FROM that has no column f (the second pass).
+    "SELECT q.pg_advisory_lock FROM int8(42) AS q",
+    "SELECT g.pg_sleep FROM generate_series(1, 1) AS g",
+    "SELECT 1 FROM t, LATERAL int8(42) AS k WHERE k.pg_advisory_lock IS NULL",
+    "SELECT j.pg_sleep FROM jsonb_each('{}') AS j",
+    "SELECT * FROM pg_catalog.generate_series(1, 2)",
     # Names the parser reads with a grammar of its own, which no database here has built
     # in: a user-defined function of that name would run.
     "SELECT max_by(a, b) FROM t",
     "SELECT arg_max(a, b) FROM t",
     "SELECT try_cast(a AS int) FROM t",
+    # ... or maps to a node it judged by kind (the second pass): IF( → If, VAR_MAP( →
+    # Array, TS_OR_DS_TO_DATE_STR( → Cast; and a Unicode look-alike of an allowed name
+    # (U+212A KELVIN SIGN is "k" in Python's lower case, a letter of its own to PostgreSQL).
+    "SELECT var_map(1, 2)",
+    "SELECT ts_or_ds_to_date_str(1)",
+    "SELECT ran\u212a() OVER ()",
+    "SELECT \u212aount(*) FROM t",
     # Issue 25's findings: side-effect functions with a comment before the parenthesis.
     "SELECT pg_read_file/**/('/etc/hostname') AS f",
     "SELECT pg_terminate_backend/**/(pid) FROM pg_stat_activity "
@@ -221,6 +270,14 @@ ATTACKS = [
     "SELECT load_extension('x')",
     "SELECT writefile('/tmp/x', 'y')",
     "SELECT randomblob(1000000000)",
+    # A size to allocate as an argument (the second pass): SQLite's printf / format width.
+    "SELECT printf('%.*c', 2000000000, 'x')",
+    "SELECT zeroblob(2000000000)",
+    "SELECT length(printf('%05d', 42))",
+    # PostgreSQL's size-taking functions (the second pass): up to 1 GB at once, which
+    # neither statement_timeout nor work_mem bounds.
+    "SELECT cardinality(array_fill(1, ARRAY[100000000]))",
+    "SELECT string_agg(repeat('x', 1000000), '') FROM generate_series(1, 1000) AS g",
     "SELECT shop_sneaky()",  # a user-defined function
     # Writes dressed as reads.
     "WITH gone AS (DELETE FROM orders RETURNING *) SELECT * FROM gone",

@@ -7,13 +7,22 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import sqlglot
 from sqlglot import exp
 
-from paw_sqlcheck import MAX_SQL_CHARS, is_read, judge, mysql_mode_lexes_as_parsed, mysql_sql_mode
+from paw_sqlcheck import (
+    MAX_NESTING,
+    MAX_SQL_BYTES,
+    MAX_SQL_CHARS,
+    is_read,
+    judge,
+    mysql_mode_lexes_as_parsed,
+    mysql_sql_mode,
+)
 from paw_sqlcheck.allowlist import FUNCTIONS, READ_NODES, SYNTAX_FUNCTIONS
 from tests.paw_sqlcheck.corpus import ATTACKS, DIALECT_ATTACKS, READS
 
@@ -119,6 +128,48 @@ def test_what_cannot_be_judged_is_not_a_read_and_never_raises():
     assert not judge(deep, dialect="postgresql").read
     assert not is_read("SELECT 'unterminated", dialect="mysql")
     assert is_read("SELECT 1", dialect="MariaDB")  # PAW's dialect names and their aliases
+
+
+def _deep_call(depth: int, call):
+    """``call()`` from ``depth`` more Python frames down (a caller's own stack)."""
+    return _deep_call(depth - 1, call) if depth else call()
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_the_judge_bounds_what_it_parses_and_never_raises(dialect):
+    """Found by the adversarial pass: ``SELECT a[1][1]…`` took quadratic time in the
+    parser (3,000 subscripts: 20 s on PostgreSQL) and nested parentheses raised
+    RecursionError inside it (about 40 levels). The length in bytes and the nesting are
+    bounded before parsing, each with its own reason, and answered fast."""
+    started = time.perf_counter()
+    megabyte = "SELECT " + "1 + " * (1024 * 1024 // 4) + "1"
+    verdict = judge(megabyte, dialect=dialect)
+    assert (verdict.read, verdict.code) == (False, "too_long")
+    assert f"longer than {MAX_SQL_BYTES:,} bytes" in verdict.reason
+    # Bytes, not characters: 40,000 three-byte characters are 120,000 bytes.
+    assert judge("SELECT '" + "東" * 40_000 + "'", dialect=dialect).code == "too_long"
+    deep = {
+        "parentheses": "SELECT " + "(" * 10_000 + "1" + ")" * 10_000,
+        "subscripts": "SELECT a" + "[1]" * 10_000 + " FROM t",
+        "case": "SELECT " + "CASE WHEN 1 = 1 THEN " * 3_000 + "1" + " END" * 3_000,
+        "calls": "SELECT " + "lower(" * 10_000 + "'a'" + ")" * 10_000,
+        "subqueries": "SELECT " + "(SELECT " * 5_000 + "1" + ")" * 5_000,
+        "not": "SELECT " + "NOT " * 10_000 + "true",
+    }
+    for form, sql in deep.items():
+        if dialect == "sqlite" and form == "subscripts":
+            continue  # SQLite has no subscripts: unparsed, before any depth
+        verdict = judge(sql, dialect=dialect)
+        assert (verdict.read, verdict.code) == (False, "too_deep"), (form, verdict)
+        assert f"nested more than {MAX_NESTING} levels deep" in verdict.reason
+    # At the bound a statement is parsed and judged, from a caller's deep stack too.
+    at_bound = "SELECT " + "(" * MAX_NESTING + "1" + ")" * MAX_NESTING
+    assert _deep_call(200, lambda: judge(at_bound, dialect=dialect)).read
+    calls = "SELECT " + "lower(" * MAX_NESTING + "'a'" + ")" * MAX_NESTING
+    assert _deep_call(200, lambda: judge(calls, dialect=dialect)).read
+    # A long flat statement under the bound (an operator chain 20,000 deep in the tree).
+    assert judge("SELECT " + "1 + " * 20_000 + "1", dialect=dialect).code in ("read", "too_deep")
+    assert time.perf_counter() - started < 30  # measured: about 1 s in all
 
 
 def test_the_allow_lists_name_what_sqlglot_has_and_nothing_with_side_effects():

@@ -284,3 +284,162 @@ def test_mariadb_privileges_through_roles_and_grant_options_are_refused(
         assert response.status_code == 400, (user, response.json())
         assert expected[user] <= set(response.json()["privileges"]), (user, response.json())
     assert not Datasource.objects.exists()
+
+
+@pytest.fixture
+def maria_wide_readers(mariadb):
+    """MariaDB users that may only SELECT, but beyond their database: every database
+    (``*.*``), the ``mysql`` database, its ``user`` table (password hashes). Dropped
+    afterwards."""
+    database = mariadb["database"]
+    grants = {
+        "paw_test_global_reader": ["SELECT ON *.*"],
+        "paw_test_mysql_reader": [f"SELECT ON `{database}`.*", "SELECT ON `mysql`.*"],
+        "paw_test_hash_reader": [f"SELECT ON `{database}`.*", "SELECT ON `mysql`.`user`"],
+    }
+    server = _connect(database=None)
+    with contextlib.closing(server), server.cursor() as cursor:
+        for user, privileges in grants.items():
+            for host in ("%", "localhost", "127.0.0.1"):
+                cursor.execute(f"CREATE USER IF NOT EXISTS '{user}'@'{host}'")
+                for privilege in privileges:
+                    cursor.execute(f"GRANT {privilege} TO '{user}'@'{host}'")
+    yield {name: {**mariadb, "user": name} for name in grants}
+    server = _connect(database=None)
+    with contextlib.closing(server), server.cursor() as cursor:
+        for user in grants:
+            for host in ("%", "localhost", "127.0.0.1"):
+                cursor.execute(f"DROP USER IF EXISTS '{user}'@'{host}'")
+
+
+@pytest.mark.django_db
+def test_mariadb_select_beyond_the_datasource_database_is_refused(
+    operator_client, maria_wide_readers
+):
+    """The second pass: ``GRANT SELECT ON *.*`` (every database, ``mysql.user``'s password
+    hashes with it) and SELECT on ``mysql`` were saved as "can only read"."""
+    expected = {
+        "paw_test_global_reader": ["SELECT on *.*"],
+        "paw_test_mysql_reader": ["SELECT on mysql.*"],
+        "paw_test_hash_reader": ["SELECT on mysql.user"],
+    }
+    for user, connection in maria_wide_readers.items():
+        response = _create(operator_client, "maria", "mysql", connection)
+        assert response.status_code == 400, (user, response.json())
+        assert response.json()["code"] == "datasource_user_privileged"
+        assert response.json()["privileges"] == expected[user], (user, response.json())
+    assert not Datasource.objects.exists()
+
+
+@pytest.fixture
+def maria_default_role_reader(mariadb):
+    """A MariaDB user that reads its database through a default role that only reads:
+    ``SHOW GRANTS`` lists ``SET DEFAULT ROLE … FOR …`` among its grants. Dropped after."""
+    database = mariadb["database"]
+    server = _connect(database=None)
+    with contextlib.closing(server), server.cursor() as cursor:
+        cursor.execute("CREATE ROLE IF NOT EXISTS paw_test_read_role")
+        cursor.execute(f"GRANT SELECT, SHOW VIEW ON `{database}`.* TO paw_test_read_role")
+        for host in ("%", "localhost", "127.0.0.1"):
+            cursor.execute(f"CREATE USER IF NOT EXISTS 'paw_test_default_role'@'{host}'")
+            cursor.execute(f"GRANT paw_test_read_role TO 'paw_test_default_role'@'{host}'")
+            cursor.execute(
+                f"SET DEFAULT ROLE paw_test_read_role FOR 'paw_test_default_role'@'{host}'"
+            )
+    yield {**mariadb, "user": "paw_test_default_role"}
+    server = _connect(database=None)
+    with contextlib.closing(server), server.cursor() as cursor:
+        for host in ("%", "localhost", "127.0.0.1"):
+            cursor.execute(f"DROP USER IF EXISTS 'paw_test_default_role'@'{host}'")
+        cursor.execute("DROP ROLE IF EXISTS paw_test_read_role")
+
+
+@pytest.mark.django_db
+def test_a_mariadb_default_role_line_is_not_read_as_a_grant(
+    operator_client, maria_default_role_reader
+):
+    """The second pass: ``SET DEFAULT ROLE`` lines of ``SHOW GRANTS`` were misread (as
+    "an unreadable grant"), refusing a user that can only read."""
+    response = _create(operator_client, "maria", "mysql", maria_default_role_reader)
+    assert response.status_code == 201, response.json()
+    assert response.json()["user_privileges"] == {"refused": [], "noted": []}
+
+
+@pytest.fixture
+def pg_powerful_readers():
+    """PostgreSQL login roles that read (``pg_read_all_data``) and can do one more thing,
+    made on the real server: EXECUTE on an administration function, directly or through a
+    role; EXECUTE on a superuser's SECURITY DEFINER function; a role attribute, held or
+    through a NOINHERIT membership. Yields ``{user: the privileges expected}``; the
+    grants and the function are taken back afterwards."""
+    server = pg_datasource_settings(reader=False)
+    users = {
+        "paw_test_reads_files": ["EXECUTE on pg_read_file"],
+        "paw_test_imports": ["EXECUTE on lo_import"],
+        "paw_test_definer_user": [
+            "EXECUTE on public.paw_test_definer, a superuser's SECURITY DEFINER function"
+        ],
+        "paw_test_createdb": ["CREATEDB"],
+        "paw_test_bypassrls": ["BYPASSRLS"],
+        "paw_test_replication": ["REPLICATION"],
+        "paw_test_creator_member": ["CREATEROLE through role paw_test_creator"],
+    }
+    attributes = {
+        "paw_test_createdb": "CREATEDB",
+        "paw_test_bypassrls": "BYPASSRLS",
+        "paw_test_replication": "REPLICATION",
+    }
+    grants = [
+        "GRANT EXECUTE ON FUNCTION pg_read_file(text) TO paw_test_reads_files",
+        "GRANT EXECUTE ON FUNCTION lo_import(text) TO paw_test_lo_role",
+        "GRANT paw_test_lo_role TO paw_test_imports",
+        "GRANT EXECUTE ON FUNCTION public.paw_test_definer() TO paw_test_definer_user",
+        "GRANT paw_test_creator TO paw_test_creator_member",
+    ]
+    with psycopg.connect(
+        host=server["host"], port=server["port"], user=server["user"],
+        dbname=server["database"], autocommit=True,
+    ) as conn:  # fmt: skip
+        for statement in (
+            "CREATE ROLE paw_test_lo_role NOLOGIN",
+            "CREATE ROLE paw_test_creator NOLOGIN CREATEROLE",
+            "CREATE ROLE paw_test_creator_member LOGIN NOINHERIT",
+            *(f"CREATE ROLE {user} LOGIN" for user in users if user not in attributes),
+            *(f"CREATE ROLE {user} LOGIN {word}" for user, word in attributes.items()),
+        ):
+            with contextlib.suppress(
+                psycopg.errors.DuplicateObject, psycopg.errors.UniqueViolation
+            ):
+                conn.execute(statement)
+        for user in users:
+            conn.execute(f"GRANT pg_read_all_data TO {user}")
+        conn.execute(
+            "CREATE OR REPLACE FUNCTION public.paw_test_definer() RETURNS text "
+            "LANGUAGE sql SECURITY DEFINER AS 'SELECT current_user::text'"
+        )
+        conn.execute("REVOKE EXECUTE ON FUNCTION public.paw_test_definer() FROM PUBLIC")
+        for statement in grants:
+            conn.execute(statement)
+        yield users
+        conn.execute("REVOKE EXECUTE ON FUNCTION pg_read_file(text) FROM paw_test_reads_files")
+        conn.execute("REVOKE EXECUTE ON FUNCTION lo_import(text) FROM paw_test_lo_role")
+        conn.execute("DROP FUNCTION public.paw_test_definer()")
+
+
+@pytest.mark.django_db
+def test_postgresql_users_that_reach_the_server_through_functions_or_attributes_are_refused(
+    operator_client, pg_powerful_readers
+):
+    """The second pass: EXECUTE on pg_read_file / lo_import (granted, or through a role),
+    on a superuser's SECURITY DEFINER function, and CREATEROLE / CREATEDB / BYPASSRLS /
+    REPLICATION (held, or through a NOINHERIT membership: SET ROLE gives it) were saved
+    as "can only read" (the attributes only noted). Each is refused, saying which."""
+    for user, expected in pg_powerful_readers.items():
+        connection = {**pg_datasource_settings(), "user": user}
+        response = _create(operator_client, "pg", "postgresql", connection)
+        assert response.status_code == 400, (user, response.json())
+        assert response.json()["code"] == "datasource_user_privileged"
+        assert response.json()["privileges"] == expected, (user, response.json())
+    assert not Datasource.objects.exists()
+    # The reader of the other tests has none of these: it is still saved.
+    assert _create(operator_client, "pg", "postgresql", pg_datasource_settings()).status_code == 201
