@@ -32,13 +32,10 @@ from paw_project import metrics
 from sandboxes.launch import IsolationUnavailable, network_mode
 from sandboxes.models import Sandbox, WorkerNode
 from sandboxes.pipeline import EventPipeline
-from sandboxes.pool import (
-    CANCEL_RESEND_SECONDS,
-    SandboxError,
-    SandboxPool,
-    SandboxProcess,
-    get_pool,
-)
+from sandboxes.pool import SandboxPool, get_pool
+from sandboxes.process import SandboxProcess
+from sandboxes.reader import OutputReader, output_reader
+from sandboxes.run import CANCEL_RESEND_SECONDS, SandboxError
 from sandboxes.spares import SpareKeeper
 
 logger = logging.getLogger(__name__)
@@ -59,12 +56,14 @@ STOP_SECONDS_MAX = 5 * SANDBOX_STOP_GRACE + 3 * PIPELINE_DRAIN_SECONDS + 5.0
 
 
 class Node:
-    """This process's node: name, pool, spares, pipeline, monitor."""
+    """This process's node: name, pool, the reader of its sandboxes' stdout, spares,
+    pipeline, monitor."""
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.pool: SandboxPool = get_pool()
-        self.spares = SpareKeeper(name, self.pool)
+        self.reader: OutputReader = output_reader()
+        self.spares = SpareKeeper(name, self.pool, self.reader)
         self.pipeline = EventPipeline(node=name)
         self.pipeline.on_exit(self._forget)
         self._stop = threading.Event()

@@ -1,6 +1,6 @@
 """The node's event pipeline: runtime lines → events → the domain's effects.
 
-The node's reader thread (``sandboxes.pool.OutputReader``) hands the reads of one round,
+The node's reader thread (``sandboxes.reader.OutputReader``) hands the reads of one round,
 every sandbox's, to :meth:`EventPipeline.submit_many`, which prepares them at once, in
 that thread: classifies each line once (:func:`classify`), masks it, and joins
 consecutive deltas (:func:`coalesce_deltas`: a read holds one line when the pipe is
@@ -48,7 +48,8 @@ from conversations.services.run_effects import LineKind, RunEffects, RunLine
 from paw_project import live_log, metrics
 from sandboxes import protocol
 from sandboxes.models import Sandbox
-from sandboxes.pool import ActiveRun, ReadEntry, SandboxProcess
+from sandboxes.process import SandboxProcess
+from sandboxes.run import ActiveRun, ReadEntry
 
 logger = logging.getLogger(__name__)
 

@@ -45,8 +45,10 @@ from sandboxes.launch import (
 from sandboxes.models import Sandbox, WorkerNode
 from sandboxes.network import SPARE_FORWARD_PORTS, network_plan
 from sandboxes.node import Node, current_node
-from sandboxes.pool import SandboxError, SandboxProcess, ready_timeout
+from sandboxes.pool import ready_timeout
+from sandboxes.process import SandboxProcess
 from sandboxes.protocol import HostNotice, runtime_gated
+from sandboxes.run import SandboxError
 from sandboxes.selectors import lost_node_names, stopped_node_names
 from secrets_vault.services import (
     RunKnowledge,
@@ -367,6 +369,7 @@ def sandbox_spawn(
         sandbox_id=row.id,
         spec=spec,
         sink=node.pipeline.submit,
+        reader=node.reader,
         on_network_refused=network_refusal_notice,
     )
     added = False
