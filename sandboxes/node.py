@@ -22,15 +22,15 @@ import time
 from typing import Any
 
 from django.conf import settings
-from django.db import close_old_connections, connection, transaction
+from django.db import close_old_connections, connection
 from django.utils import timezone
 
 from conversations.selectors import runs as run_selectors
 from conversations.services import approvals as approval_services
 from conversations.services import runs as run_services
 from paw_project import metrics
+from sandboxes import records
 from sandboxes.launch import IsolationUnavailable, network_mode
-from sandboxes.models import Sandbox, WorkerNode
 from sandboxes.pipeline import EventPipeline
 from sandboxes.pool import SandboxPool, get_pool
 from sandboxes.process import SandboxProcess
@@ -76,20 +76,11 @@ class Node:
     def start(self) -> None:
         """Register the node, clean up what a previous process of the same name left, and
         start the pipeline and the monitor."""
-        now = timezone.now()
         try:
             network = network_mode()
         except (IsolationUnavailable, RuntimeError):
             network = ""  # the node cannot start sandboxes at all; each start says why
-        WorkerNode.objects.update_or_create(
-            name=self.name,
-            defaults={
-                "started_at": now,
-                "heartbeat_at": now,
-                "stopped_at": None,
-                "sandbox_network": network,
-            },
-        )
+        records.node_register(name=self.name, network=network)
         self._recover(reason="the worker restarted during the run")
         self.pipeline.start()
         self.spares.start()
@@ -101,10 +92,7 @@ class Node:
 
     def _recover(self, *, reason: str) -> None:
         """Runs and sandboxes a previous process of this node left behind are ended."""
-        with transaction.atomic():
-            Sandbox.objects.filter(node=self.name, state__in=Sandbox.LIVE_STATES).update(
-                state=Sandbox.State.DEAD, stopped_at=timezone.now()
-            )
+        records.nodes_sandboxes_mark_dead(nodes=[self.name])
         for run_id in run_selectors.run_ids_active_on_nodes(nodes=[self.name]):
             run_services.run_fail(run_id=run_id, code="worker_lost", message=reason)
 
@@ -133,10 +121,7 @@ class Node:
         if self._monitor is not None:
             self._monitor.join(timeout=5)
         try:
-            WorkerNode.objects.filter(name=self.name).update(stopped_at=timezone.now())
-            Sandbox.objects.filter(node=self.name, state__in=Sandbox.LIVE_STATES).update(
-                state=Sandbox.State.STOPPED, stopped_at=timezone.now()
-            )
+            records.node_mark_stopped(name=self.name)
         finally:
             connection.close()
         logger.info("node %s stopped", self.name)
@@ -229,13 +214,7 @@ class Node:
         return True
 
     def _heartbeat(self) -> None:
-        now = timezone.now()
-        WorkerNode.objects.filter(name=self.name).update(heartbeat_at=now)
-        ids = [s.sandbox_id for s in self.pool.all()]
-        if ids:
-            Sandbox.objects.filter(id__in=ids, state__in=Sandbox.LIVE_STATES).update(
-                heartbeat_at=now
-            )
+        records.node_heartbeat(name=self.name, sandbox_ids=[s.sandbox_id for s in self.pool.all()])
 
 
 _node: Node | None = None

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import connection
 from django.utils import timezone
 
 from conversations.selectors import events as event_selectors
@@ -29,7 +29,8 @@ from conversations.services import runs as run_services
 from conversations.services.workspaces import workspace_adopt, workspace_ensure, workspace_remove
 from paw_project import metrics
 from paw_project.errors import DomainError
-from sandboxes.enqueue import run_execute_enqueue, sandbox_stop_enqueue
+from sandboxes import records
+from sandboxes.enqueue import run_execute_enqueue
 from sandboxes.launch import (
     KNOWLEDGE_FOLDER,
     SandboxSpec,
@@ -42,7 +43,7 @@ from sandboxes.launch import (
     runtime_argv,
     sqlite_datasource_binds,
 )
-from sandboxes.models import Sandbox, WorkerNode
+from sandboxes.models import Sandbox
 from sandboxes.network import SPARE_FORWARD_PORTS, network_plan
 from sandboxes.node import Node, current_node
 from sandboxes.pool import ready_timeout
@@ -256,33 +257,26 @@ def _make_room(node: Node) -> None:
 
 def _sandbox_row_create(node: Node, spec: SandboxSpec, **fields: Any) -> Sandbox:
     """The ``Sandbox`` row of a sandbox of ``spec``'s conversation starting on this node
-    (``fields``: more of its columns); a live row left by another node (lost, or an
-    evicted race) is closed first: one live sandbox per conversation."""
-    conversation_id = uuid.UUID(spec.conversation_id)
-    with transaction.atomic():
-        stale = list(
-            Sandbox.objects.select_for_update().filter(
-                conversation_id=conversation_id, state__in=Sandbox.LIVE_STATES
-            )
-        )
-        for row in stale:
-            row.state = Sandbox.State.STOPPED if row.node == node.name else Sandbox.State.DEAD
-            row.stopped_at = timezone.now()
-            row.save(update_fields=["state", "stopped_at"])
-            if row.node != node.name:
-                # Only that node: the live row is ours now, and our new sandbox must stay.
-                transaction.on_commit(
-                    lambda stale_node=row.node: sandbox_stop_enqueue(
-                        conversation_id=conversation_id, node=stale_node
-                    )
-                )
-        return Sandbox.objects.create(
-            conversation_id=conversation_id,
-            node=node.name,
-            provider=spec.provider,
-            model=spec.model,
-            **{"command": "", **fields},
-        )
+    (``fields``: more of its columns): :func:`~sandboxes.records.sandbox_create`."""
+    return records.sandbox_create(
+        conversation_id=uuid.UUID(spec.conversation_id),
+        node=node.name,
+        provider=spec.provider,
+        model=spec.model,
+        **fields,
+    )
+
+
+def _sandbox_dead(node: Node, sandbox: SandboxProcess, *, counted: bool) -> None:
+    """A sandbox that failed to start or to take its hand-over: killed, its slot given
+    back (``counted``: it was already counted as its conversation's, else its slot was
+    reserved) and its row ``dead`` with its stderr's tail."""
+    sandbox.kill()
+    if counted:
+        node.pool.discard(sandbox)
+    else:
+        node.pool.release()
+    records.sandbox_mark_dead(sandbox_id=sandbox.sandbox_id, stderr_tail=sandbox.stderr_tail())
 
 
 def sandbox_handover(
@@ -328,20 +322,12 @@ def sandbox_handover(
     except SandboxError as exc:
         logger.warning("spare %s failed its hand-over: %s", spare.sandbox_id, exc)
         metrics.sandbox_spare(node=node.name, event="failed")
-        spare.kill()
-        node.pool.release()
-        Sandbox.objects.filter(id=row.id).update(
-            state=Sandbox.State.DEAD,
-            stopped_at=timezone.now(),
-            stderr_tail=spare.stderr_tail()[-8000:],
-        )
+        _sandbox_dead(node, spare, counted=False)
         return None
     node.pool.add(spare, reserved=True)
     metrics.sandbox_spawned(node=node.name, ok=True)
     metrics.sandbox_spare(node=node.name, event="handed_over")
-    Sandbox.objects.filter(id=row.id).update(
-        state=Sandbox.State.READY, last_active_at=timezone.now()
-    )
+    records.sandbox_mark_ready(sandbox_id=row.id)
     logger.info(
         "sandbox %s: a spare handed over in %.0f ms (pid %s)",
         row.id,
@@ -382,28 +368,18 @@ def sandbox_spawn(
         runtime_gate(sandbox)
     except (SandboxError, OSError, RuntimeError) as exc:
         metrics.sandbox_spawned(node=node.name, ok=False)
-        sandbox.kill()
-        if added:
-            node.pool.discard(sandbox)
-        else:
-            node.pool.release()
-        Sandbox.objects.filter(id=row.id).update(
-            state=Sandbox.State.DEAD,
-            stopped_at=timezone.now(),
-            stderr_tail=sandbox.stderr_tail()[-8000:],
-        )
+        _sandbox_dead(node, sandbox, counted=added)
         if isinstance(exc, SandboxError):
             raise
         raise SandboxError(
             f"the agent runtime could not be started: {exc}", code="sandbox_start"
         ) from exc
     metrics.sandbox_spawned(node=node.name, ok=True)
-    Sandbox.objects.filter(id=row.id).update(
+    records.sandbox_mark_ready(
+        sandbox_id=row.id,
         pid=sandbox.pid,
-        state=Sandbox.State.READY,
         command=" ".join(sandbox.command)[:1000],
         capabilities=sorted(sandbox.capabilities),
-        last_active_at=timezone.now(),
     )
     logger.info(
         "sandbox %s ready in %.0f ms (pid %s)",
@@ -591,9 +567,7 @@ def nodes_reap() -> dict[str, int]:
     """
     lost = lost_node_names(silent_for_seconds=settings.PAW_NODE_DEAD_SECONDS)
     gone = lost + stopped_node_names()
-    sandboxes = Sandbox.objects.filter(node__in=gone, state__in=Sandbox.LIVE_STATES).update(
-        state=Sandbox.State.DEAD, stopped_at=timezone.now()
-    )
+    sandboxes = records.nodes_sandboxes_mark_dead(nodes=gone)
     runs = 0
     for run_id in run_selectors.run_ids_active_on_nodes(nodes=gone):
         if run_services.run_fail(
@@ -603,7 +577,7 @@ def nodes_reap() -> dict[str, int]:
         ):
             runs += 1
     if lost:
-        WorkerNode.objects.filter(name__in=lost).update(stopped_at=timezone.now())
+        records.nodes_mark_lost(names=lost)
     requeued = runs_requeue(older_than_seconds=60)
     try:
         events = event_services.events_reconcile()
