@@ -29,6 +29,8 @@ logger = logging.getLogger(__name__)
 KEEPER_KILL_SECONDS = 2.0
 
 
+# A deliberate twin of paw_agent/procs.py's _parents (the runtime imports nothing of PAW's
+# server), with each process's start time.
 def _process_table() -> dict[int, tuple[int, str, int]]:
     """``{pid: (parent pid, state letter, start time in clock ticks)}`` from ``/proc``."""
     table = {}
