@@ -19,13 +19,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
 
 from django.conf import settings
 from django.db import close_old_connections, connection
 from django.utils import timezone
 
 from conversations.selectors import runs as run_selectors
+from conversations.selectors.runs import AnswerOp
 from conversations.services import approvals as approval_services
 from conversations.services import runs as run_services
 from paw_project import metrics
@@ -188,28 +188,23 @@ class Node:
         for approval_id in run_selectors.approval_ids_due(node=self.name, now=timezone.now()):
             approval = approval_services.approval_expire(approval_id=approval_id)
             if approval is not None:
-                self.answer_deliver(approval)
+                self.answer_deliver(run_selectors.approval_answer_op(approval))
 
-    def answer_deliver(self, approval: Any) -> bool:
-        """Write the ``answer`` op for a decided ``approval`` to its run's sandbox here.
-        Returns ``False`` when the run is no longer the sandbox's current run."""
-        sandbox = self.pool.get(approval.conversation_id)
+    def answer_deliver(self, op: AnswerOp) -> bool:
+        """Write the ``answer`` op ``op`` (a decided approval's) to its run's sandbox here;
+        one approving an ``install_package`` call opens the package index for it
+        (:class:`~sandboxes.package_index.PackageIndexWindow`). Returns ``False`` when the
+        run is no longer the sandbox's current run, or the sandbox is gone."""
+        sandbox = self.pool.get(op.conversation_id)
         run = sandbox.active if sandbox is not None else None
-        if run is None or run.run_id != approval.run_id:
+        if run is None or run.run_id != op.run_id:
             return False
-        installing = approval.status == "approved" and approval.prompt.startswith(
-            "install_package:"
-        )
-        if installing:  # opened before the answer: pip starts as soon as it is read
-            sandbox.open_package_index()
         try:
-            run.answer(
-                answers=approval_services.approval_answers(approval),
-                ask_id=approval.ask_id or None,
+            sandbox.package_index.answer(
+                approved_call=op.approved_call,
+                write=lambda: run.answer(answers=op.answers, ask_id=op.ask_id),
             )
         except SandboxError:
-            if installing and sandbox.network is not None:
-                sandbox.network.index_open = False
             return False
         return True
 

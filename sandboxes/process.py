@@ -40,9 +40,10 @@ from sandboxes.launch import (
     takes_secrets_fd,
 )
 from sandboxes.network import NetworkPlan, SandboxNetwork, network_plan, spare_plan
+from sandboxes.package_index import PackageIndexWindow
 from sandboxes.proctable import ProcessKilling
 from sandboxes.reader import SandboxOutput
-from sandboxes.run import ActiveRun, ReadEntry, SandboxError
+from sandboxes.run import ActiveRun, SandboxError
 from secrets_vault.masking import StreamMasker, mask_secrets
 
 if TYPE_CHECKING:
@@ -101,6 +102,8 @@ class SandboxProcess(ProcessKilling, SandboxOutput):
         self._start_lock = threading.Lock()
         #: The node-side forwarder of an isolated network (``PAW_SANDBOX_NETWORK``).
         self.network: SandboxNetwork | None = None
+        #: Opened for an approved ``install_package`` only (``sandboxes/package_index.py``).
+        self.package_index = PackageIndexWindow(sandbox_id, lambda: self.network)
         self._on_network_refused = on_network_refused
         #: Runs already told about a refused destination (one ``notice`` per run).
         self.network_noticed: set[uuid.UUID | None] = set()
@@ -154,7 +157,7 @@ class SandboxProcess(ProcessKilling, SandboxOutput):
         env = build_environment(self.spec, sandbox_id=str(self.sandbox_id))
         secrets_fd, private = None, {}
         if takes_secrets_fd():
-            private = private_variables(env)
+            private = private_variables(env, self.spec.datasources)
             for name in private:
                 del env[name]
             secrets_fd, writer = os.pipe()
@@ -162,7 +165,11 @@ class SandboxProcess(ProcessKilling, SandboxOutput):
             raise SandboxError("only paw-agent can be a spare", code="sandbox_start")
         plan, folder = None, None
         if network_mode() == "isolated":
-            plan = spare_plan() if self.spare else network_plan({**env, **private})
+            plan = (
+                spare_plan()
+                if self.spare
+                else network_plan({**env, **private}, self.spec.datasources)
+            )
             for name, value in plan.env.items():
                 (private if name in private else env)[name] = value
             self.network = SandboxNetwork(plan, self._network_refused)
@@ -278,26 +285,6 @@ class SandboxProcess(ProcessKilling, SandboxOutput):
             raise SandboxError(f"the spare refused its hand-over: {handover.error}")
         if self.exited.is_set():
             raise SandboxError("the spare exited at its hand-over", code="sandbox_exited")
-
-    def open_package_index(self) -> bool:
-        """Allow the package index (an approved ``install_package`` is about to run) until
-        the run's next tool result or its end. Returns whether the sandbox has an isolated
-        network (with ``host`` there is nothing to open)."""
-        if self.network is None:
-            return False
-        self.network.index_open = True
-        logger.info("sandbox %s: the package index is open for an install", self.sandbox_id)
-        return True
-
-    def _close_index_after_install(self, entries: list[ReadEntry]) -> None:
-        for entry in entries:
-            line = entry.line
-            if isinstance(line, protocol.RunLine) and (
-                line.type == "result" or (line.type == "notify" and line.kind == "tool")
-            ):
-                self.network.index_open = False
-                logger.info("sandbox %s: the package index is closed", self.sandbox_id)
-                return
 
     def _network_refused(self, destination: str, reason: str) -> None:
         """The forwarder refused ``destination``: logged with the run it happened in, and

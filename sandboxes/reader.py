@@ -67,8 +67,7 @@ class SandboxOutput:
             self._pending = b""
             self._discarding = True
         entries = [entry for raw in lines if raw.strip() for entry in self._take(raw)]
-        if self.network is not None and self.network.index_open:
-            self._close_index_after_install(entries)
+        self.package_index.watch(entries)
         if entries:
             self.last_active = time.monotonic()
         return entries

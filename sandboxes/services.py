@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-import tempfile
 import time
 import uuid
 from datetime import timedelta
@@ -31,12 +30,9 @@ from paw_project import metrics
 from paw_project.errors import DomainError
 from sandboxes import records
 from sandboxes.enqueue import run_execute_enqueue
+from sandboxes.host_folder import knowledge_indexes_place
 from sandboxes.launch import (
-    KNOWLEDGE_FOLDER,
     SandboxSpec,
-    host_file_put,
-    host_file_remove,
-    host_files,
     isolation_mode,
     memory_exchanges,
     network_mode,
@@ -52,9 +48,7 @@ from sandboxes.protocol import HostNotice, runtime_gated
 from sandboxes.run import SandboxError
 from sandboxes.selectors import lost_node_names, stopped_node_names
 from secrets_vault.services import (
-    RunKnowledge,
     knowledge_for_run,
-    knowledge_index_write,
     provider_resolve,
     sandbox_environment,
 )
@@ -83,6 +77,7 @@ def sandbox_spec_for(run: Any) -> SandboxSpec:
         model=choice.model,
         env=environment.env,
         secret_values=environment.secret_values,
+        datasources=environment.datasources,
         answer_timeout=approval_timeout_of(run.conversation),
         vision=choice.vision,
     )
@@ -142,33 +137,6 @@ def run_submit_options(
             if knowledge.entries or indexes:
                 options["knowledge"] = {"entries": knowledge.entries, "indexes": indexes}
     return options
-
-
-def knowledge_indexes_place(workspace: Path, knowledge: RunKnowledge) -> list[dict[str, str]]:
-    """Make sure the sandbox's ``.paw/host/knowledge/`` holds the index file of each of the
-    run's datasources at its current version (built in a private temporary folder by
-    ``knowledge_index_write``, then put there by :func:`~sandboxes.launch.host_file_put`,
-    never through a link); older versions go. Returns the submit's ``indexes``:
-    ``[{"datasource", "path"}]``, paths relative to the workspace. Raises ``OSError`` or
-    ``sqlite3.Error`` when a file cannot be written."""
-    folder = ("knowledge",)
-    present = set(host_files(workspace, folder))
-    indexes = []
-    for source in knowledge.sources:
-        if source.file_name not in present:
-            with tempfile.TemporaryDirectory(prefix="paw-index-") as scratch:
-                built = Path(scratch) / source.file_name
-                knowledge_index_write(
-                    source=source, path=built, vector_model=knowledge.vector_model
-                )
-                host_file_put(workspace, folder, source.file_name, built)
-            for old in present:
-                if old.startswith(f"{source.slug}.v") and old.endswith(".sqlite3"):
-                    host_file_remove(workspace, folder, old)
-        indexes.append(
-            {"datasource": source.slug, "path": f"{KNOWLEDGE_FOLDER}/{source.file_name}"}
-        )
-    return indexes
 
 
 def run_execute(*, run_id: uuid.UUID) -> None:
@@ -295,10 +263,10 @@ def sandbox_handover(
         return None
     plan = None
     if network_mode() == "isolated":
-        plan = network_plan(spec.env)
+        plan = network_plan(spec.env, spec.datasources)
         if len(plan.forwards) > SPARE_FORWARD_PORTS:
             return None
-    if isolation_mode() == "bwrap" and sqlite_datasource_binds(spec.env):
+    if isolation_mode() == "bwrap" and sqlite_datasource_binds(spec.env, spec.datasources):
         return None
     started = time.monotonic()
     spare = node.spares.take()
@@ -527,10 +495,10 @@ def run_cancel_deliver(*, run_id: uuid.UUID) -> None:
 
 def approval_answer_deliver(*, approval_id: uuid.UUID) -> None:
     """On the owning node: write the ``answer`` op for a decided approval."""
-    approval = run_selectors.approval_for_node(approval_id=approval_id)
-    if approval is None or approval.status == approval.Status.PENDING:
+    op = run_selectors.approval_answer_op_for_node(approval_id=approval_id)
+    if op is None:
         return
-    if not current_node().answer_deliver(approval):
+    if not current_node().answer_deliver(op):
         logger.info("approval %s: its run is no longer in a sandbox here", approval_id)
 
 
