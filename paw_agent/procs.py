@@ -126,8 +126,8 @@ def reap_orphans() -> int:
     return reaped
 
 
-# A deliberate twin of sandboxes/keeper.py's kill_all: the runtime imports nothing of PAW's
-# server, and the keeper runs standalone (stdlib only).
+# A deliberate twin of sandboxes/keeper.py's kill_all and sandboxes/proctable.py's
+# kill_tools: the runtime imports nothing of PAW's server, the keeper runs standalone.
 def kill_descendants(*, rounds: int = 50) -> int:
     """SIGKILL every descendant of this process (tools, the Python kernel, and whatever
     they started and abandoned) until none is left, then reap the adopted ones. A process

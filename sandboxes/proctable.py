@@ -145,6 +145,8 @@ class ProcessKilling:
             stack.extend(children[pid])
         return found
 
+    # A deliberate twin of paw_agent/procs.py's kill_descendants (the runtime imports
+    # nothing of PAW's server): the same rounds of SIGKILL, here from outside the sandbox.
     def kill_tools(self, *, rounds: int = 50) -> int:
         """SIGKILL :meth:`tool_processes` until none is left (one forked meanwhile is
         found in the next round); the runtime stays up. Returns how many kills were sent."""
