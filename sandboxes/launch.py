@@ -206,12 +206,13 @@ def handover_variables(spec: SandboxSpec, *, seen_as: Path) -> dict[str, str]:
     }
 
 
-def build_environment(spec: SandboxSpec, *, sandbox_id: str) -> dict[str, str]:
+def build_environment(spec: SandboxSpec, *, sandbox_id: str, spare: bool = False) -> dict[str, str]:
     """The whole environment of the runtime process, from scratch.
 
     Contains PATH, locale, the private HOME/XDG_*/TMPDIR, ``NO_PROXY`` for loopback,
     ``PAW_SANDBOX_ID`` (a marker used to find every process of the sandbox when it is
-    stopped), ``spec.env`` and the run's datasources (:func:`datasource_variables`).
+    stopped), ``spec.env`` and the run's datasources (:func:`datasource_variables`; not
+    for a ``spare``, which is told them at its hand-over: :func:`handover_variables`).
     """
     dirs = sandbox_dirs(spec.workspace)
     env = {
@@ -227,7 +228,8 @@ def build_environment(spec: SandboxSpec, *, sandbox_id: str) -> dict[str, str]:
         "PAW_SANDBOX_ID": sandbox_id,
     }
     env.update(spec.env)
-    env.update(datasource_variables(spec.datasources))
+    if not spare:
+        env.update(datasource_variables(spec.datasources))
     return env
 
 

@@ -154,7 +154,7 @@ class SandboxProcess(ProcessKilling, SandboxOutput):
             self._start()
 
     def _start(self) -> None:
-        env = build_environment(self.spec, sandbox_id=str(self.sandbox_id))
+        env = build_environment(self.spec, sandbox_id=str(self.sandbox_id), spare=self.spare)
         secrets_fd, private = None, {}
         if takes_secrets_fd():
             private = private_variables(env, self.spec.datasources)
