@@ -637,7 +637,9 @@ def test_the_plan_adds_the_runs_datasource_hosts_to_the_operators_patterns(setti
     plan = network_plan(
         {},
         (
-            run_datasource("a", "sqlite", "A_URL", allowed_hosts=("api.internal:443", "*.corp.test")),
+            run_datasource(
+                "a", "sqlite", "A_URL", allowed_hosts=("api.internal:443", "*.corp.test")
+            ),
             run_datasource("b", "sqlite", "B_URL", allowed_hosts=("api.internal:443",)),
         ),
     )
