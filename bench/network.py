@@ -31,8 +31,9 @@ import django
 
 django.setup()
 
-from sandboxes.launch import bwrap_prefix, sandbox_dirs  # noqa: E402
+from sandboxes.launch import bwrap_prefix, datasource_variables, sandbox_dirs  # noqa: E402
 from sandboxes.network import SandboxNetwork, network_plan, relay_prefix  # noqa: E402
+from secrets_vault.services.sandbox import RunDatasource  # noqa: E402
 
 CLIENT = r"""
 import http.client, json, os, socket, statistics, sys, time
@@ -103,12 +104,16 @@ def main() -> None:
     args = parser.parse_args()
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Model)
     threading.Thread(target=server.serve_forever, daemon=True).start()
+    datasources = (
+        RunDatasource(
+            slug="bench", name="bench", dialect="postgresql", description="",
+            env_name="PAW_DATASOURCE_BENCH_URL", read_only=True,
+        ),
+    )  # fmt: skip
     env = {
         "PATH": os.environ["PATH"],
         "OPENAI_BASE_URL": f"http://127.0.0.1:{server.server_address[1]}/v1",
-        "PAW_DATASOURCES": json.dumps(
-            [{"slug": "bench", "dialect": "postgresql", "env": "PAW_DATASOURCE_BENCH_URL"}]
-        ),
+        **datasource_variables(datasources),
         "PAW_DATASOURCE_BENCH_URL": args.postgres,
         "NO_PROXY": "127.0.0.1,localhost,::1",
     }
@@ -119,7 +124,7 @@ def main() -> None:
         run_env, prefix = dict(env), bwrap_prefix(workspace, env)
         network = None
         if mode == "isolated":
-            plan = network_plan(env)
+            plan = network_plan(env, datasources)
             run_env.update(plan.env)
             network = SandboxNetwork(plan, lambda destination, reason: print("refused", reason))
             prefix = [

@@ -74,6 +74,8 @@ def become_subreaper() -> bool:
         return False
 
 
+# A deliberate twin of sandboxes/proctable.py's _process_table (the runtime imports
+# nothing of PAW's server).
 def _parents() -> dict[int, tuple[int, str]]:
     """``{pid: (parent pid, state letter)}`` of every process visible in ``/proc``."""
     table: dict[int, tuple[int, str]] = {}
@@ -124,6 +126,8 @@ def reap_orphans() -> int:
     return reaped
 
 
+# A deliberate twin of sandboxes/keeper.py's kill_all and sandboxes/proctable.py's
+# kill_tools: the runtime imports nothing of PAW's server, the keeper runs standalone.
 def kill_descendants(*, rounds: int = 50) -> int:
     """SIGKILL every descendant of this process (tools, the Python kernel, and whatever
     they started and abandoned) until none is left, then reap the adopted ones. A process

@@ -21,13 +21,10 @@ under those ids too (:func:`plotly_style_ids`).
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
 from functools import cache
 from importlib import metadata, resources
 from pathlib import Path
-from typing import BinaryIO
 
-from asgiref.sync import sync_to_async
 from django.core.handlers.asgi import ASGIRequest
 from django.http import (
     FileResponse,
@@ -39,18 +36,7 @@ from django.http import (
 )
 from django.views.decorators.http import require_safe
 
-CHUNK_BYTES = 256 * 1024
-
-
-async def _chunks(file: BinaryIO) -> AsyncIterator[bytes]:
-    """The file's bytes in chunks, each read in a worker thread; closes the file (under
-    ASGI, Django would read a plain file response whole into memory first)."""
-    read = sync_to_async(file.read, thread_sensitive=False)
-    try:
-        while chunk := await read(CHUNK_BYTES):
-            yield chunk
-    finally:
-        file.close()
+from paw_project.streaming import file_chunks
 
 
 @cache
@@ -168,7 +154,7 @@ def plotly_js(
     file = path.open("rb")
     content_type = "text/javascript; charset=utf-8"
     if isinstance(request, ASGIRequest):
-        response = StreamingHttpResponse(_chunks(file), content_type=content_type)
+        response = StreamingHttpResponse(file_chunks(file), content_type=content_type)
         response._resource_closers.append(file.close)
         response["Content-Length"] = str(path.stat().st_size)
     else:

@@ -88,6 +88,8 @@ def reap() -> dict[int, int]:
         done[pid] = status
 
 
+# A deliberate twin of paw_agent/procs.py's kill_descendants: the keeper runs on its own
+# (python -I -S, stdlib only), importing nothing of PAW's nor of the runtime's.
 def kill_all(rounds: int = 100) -> None:
     """SIGKILL every descendant until none is left (a fork during a round is found in
     the next: its child is re-parented here when its parent dies), reaping as it goes."""

@@ -16,7 +16,6 @@ what each isolation mode guarantees).
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import importlib.util
@@ -25,17 +24,20 @@ import logging
 import os
 import shlex
 import shutil
-import stat
 import sys
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
 from django.conf import settings
 
 from conversations.selectors.workspaces import PRIVATE_DIR
+from sandboxes.host_folder import HOST_DIR, host_file_put
 from sandboxes.network import JAIL_DIR, NetworkPlan, relay_prefix
+
+if TYPE_CHECKING:
+    from secrets_vault.services.sandbox import RunDatasource
 
 logger = logging.getLogger(__name__)
 
@@ -83,9 +85,12 @@ class SandboxSpec:
     """What a sandbox is started with.
 
     ``env`` holds the variables a run is given on top of the base environment (provider
-    ``OPENAI_*``, the user's secrets, datasource URLs); ``secret_values`` maps secret names
-    to the values handed over, for masking them in events. ``fingerprint`` changes when
-    anything that needs a new process changes (provider, model, environment, the
+    ``OPENAI_*``, the user's secrets, datasource URLs); ``datasources`` the run's
+    datasources (a :class:`~secrets_vault.services.sandbox.RunDatasource` each: the launch
+    turns them into ``PAW_DATASOURCES``, :func:`datasource_variables`, and the network
+    plan and the jail's binds read them); ``secret_values`` maps secret names to the
+    values handed over, for masking them in events. ``fingerprint`` changes when anything
+    that needs a new process changes (provider, model, environment, datasources, the
     conversation's approval timeout).
     """
 
@@ -99,13 +104,25 @@ class SandboxSpec:
     answer_timeout: int = 0
     #: The model accepts images (sent with each submit, so not part of the fingerprint).
     vision: bool = False
+    datasources: tuple[RunDatasource, ...] = ()
 
     @property
     def fingerprint(self) -> str:
+        datasources = [[d.described(), list(d.allowed_hosts)] for d in self.datasources]
         body = json.dumps(
-            [self.provider, self.model, sorted(self.env.items()), self.answer_timeout]
+            [self.provider, self.model, sorted(self.env.items()), self.answer_timeout, datasources]
         )
         return hashlib.sha256(body.encode()).hexdigest()
+
+
+def datasource_variables(datasources: tuple[RunDatasource, ...]) -> dict[str, str]:
+    """The variables that tell the runtime its run's ``datasources``: ``PAW_DATASOURCES``,
+    a JSON list of ``{"slug", "name", "dialect", "description", "env", "read_only"}``
+    (``env``: the variable holding its URL; always set, ``[]`` when none). Made here once,
+    for the process's environment (:func:`build_environment`) or a spare's hand-over
+    (:func:`handover_variables`)."""
+    described = [datasource.described() for datasource in datasources]
+    return {"PAW_DATASOURCES": json.dumps(described, ensure_ascii=False)}
 
 
 def runtime_argv() -> list[str]:
@@ -177,19 +194,25 @@ def _folder_variables(dirs: dict[str, Path]) -> dict[str, str]:
 
 def handover_variables(spec: SandboxSpec, *, seen_as: Path) -> dict[str, str]:
     """What a spare is given at its hand-over to ``spec``'s conversation, through its
-    secrets pipe: ``spec.env`` (the provider's endpoint, key and model, the datasources,
-    the person's secrets) and the private folders' variables for the workspace at
+    secrets pipe: ``spec.env`` (the provider's endpoint, key and model, the datasources'
+    URLs, the person's secrets), ``PAW_DATASOURCES`` and the private folders' variables
+    for the workspace at
     ``seen_as``, the path the runtime sees it at (in a jail, the spare's own folder,
     bound there before it was renamed; without one, the conversation's folder)."""
-    return {**_folder_variables(_private_folders(seen_as)), **spec.env}
+    return {
+        **_folder_variables(_private_folders(seen_as)),
+        **spec.env,
+        **datasource_variables(spec.datasources),
+    }
 
 
-def build_environment(spec: SandboxSpec, *, sandbox_id: str) -> dict[str, str]:
+def build_environment(spec: SandboxSpec, *, sandbox_id: str, spare: bool = False) -> dict[str, str]:
     """The whole environment of the runtime process, from scratch.
 
     Contains PATH, locale, the private HOME/XDG_*/TMPDIR, ``NO_PROXY`` for loopback,
     ``PAW_SANDBOX_ID`` (a marker used to find every process of the sandbox when it is
-    stopped), and ``spec.env``.
+    stopped), ``spec.env`` and the run's datasources (:func:`datasource_variables`; not
+    for a ``spare``, which is told them at its hand-over: :func:`handover_variables`).
     """
     dirs = sandbox_dirs(spec.workspace)
     env = {
@@ -205,79 +228,12 @@ def build_environment(spec: SandboxSpec, *, sandbox_id: str) -> dict[str, str]:
         "PAW_SANDBOX_ID": sandbox_id,
     }
     env.update(spec.env)
+    if not spare:
+        env.update(datasource_variables(spec.datasources))
     return env
 
 
-#: The sandbox's folder only PAW writes (``.paw/host``): bound read-only into the jail.
-HOST_DIR = "host"
-#: Where, under ``.paw/host``, a run's knowledge index files go (relative to the workspace).
-KNOWLEDGE_FOLDER = f"{PRIVATE_DIR}/{HOST_DIR}/knowledge"
 HARNESS_CONFIG = "harness-config.json"
-
-
-def _host_folder(workspace: Path, parts: tuple[str, ...]) -> int:
-    """A descriptor of ``workspace/.paw/host/<parts>``, opened one folder at a time with
-    ``O_NOFOLLOW`` (the workspace is the agent's: a link it left must not lead PAW's
-    writes outside). Raises ``OSError``; the caller closes it."""
-    fd = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        for part in (PRIVATE_DIR, HOST_DIR, *parts):
-            child = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
-            os.close(fd)
-            fd = child
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-def host_file_put(workspace: Path, parts: tuple[str, ...], name: str, source: Path | bytes) -> None:
-    """Put a file PAW made (``source``: its bytes, or a file of PAW's own to copy) into the
-    sandbox's read-only ``.paw/host/<parts>/<name>``: written under a temporary name,
-    then renamed over ``name`` (a reader never sees half a file, and a link standing there
-    is replaced, never followed). Raises ``OSError``."""
-    fd = _host_folder(workspace, parts)
-    temporary = f".put-{uuid.uuid4().hex}"
-    try:
-        out = os.open(
-            temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o444, dir_fd=fd
-        )
-        with os.fdopen(out, "wb") as target:
-            if isinstance(source, bytes):
-                target.write(source)
-            else:
-                with open(source, "rb") as origin:
-                    shutil.copyfileobj(origin, target, 1 << 20)
-        os.replace(temporary, name, src_dir_fd=fd, dst_dir_fd=fd)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary, dir_fd=fd)
-        raise
-    finally:
-        os.close(fd)
-
-
-def host_files(workspace: Path, parts: tuple[str, ...]) -> list[str]:
-    """The regular files (not links) in the sandbox's ``.paw/host/<parts>``."""
-    fd = _host_folder(workspace, parts)
-    try:
-        return sorted(
-            name
-            for name in os.listdir(fd)
-            if stat.S_ISREG(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode)
-        )
-    finally:
-        os.close(fd)
-
-
-def host_file_remove(workspace: Path, parts: tuple[str, ...], name: str) -> None:
-    """Remove ``name`` from the sandbox's ``.paw/host/<parts>`` (gone already: fine)."""
-    fd = _host_folder(workspace, parts)
-    try:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(name, dir_fd=fd)
-    finally:
-        os.close(fd)
 
 
 def memory_exchanges() -> int:
@@ -343,31 +299,29 @@ def resource_limits() -> list[str]:
     ]
 
 
-def sqlite_datasource_binds(env: dict[str, str]) -> list[str]:
+def sqlite_datasource_binds(
+    env: dict[str, str], datasources: tuple[RunDatasource, ...] = ()
+) -> list[str]:
     """bubblewrap options that make the run's SQLite datasources visible in the jail.
 
-    ``env`` is the sandbox environment (``PAW_DATASOURCES`` describes each datasource and
-    names its URL variable; a SQLite URL is ``sqlite:////abs/path?mode=ro``, see
+    ``env`` is the sandbox environment, holding each of the run's ``datasources``' URL
+    under its ``env_name`` (a SQLite URL is ``sqlite:////abs/path?mode=ro``, see
     ``secrets_vault.connections``). A read-only datasource's file is bound read-only (with
     its ``-wal`` and ``-shm`` files when present, which SQLite reads too); a writable one
     gets its folder bound read-write, because SQLite writes its journal next to the file.
     Nothing else of the host is added. Returns ``[]`` when the run has no SQLite datasource.
     """
-    try:
-        described = json.loads(env.get("PAW_DATASOURCES") or "[]")
-    except ValueError:
-        return []
     binds: list[str] = []
-    for datasource in described if isinstance(described, list) else []:
-        if not isinstance(datasource, dict) or datasource.get("dialect") != "sqlite":
+    for datasource in datasources:
+        if datasource.dialect != "sqlite":
             continue
-        url = env.get(str(datasource.get("env") or ""), "")
+        url = env.get(datasource.env_name, "")
         if not url.startswith("sqlite:///"):
             continue
         path = unquote(url[len("sqlite:///") :].split("?", 1)[0])
         if not os.path.isabs(path):
             continue
-        if datasource.get("read_only", True):
+        if datasource.read_only:
             binds += ["--ro-bind-try", path, path]
             for suffix in ("-wal", "-shm"):
                 binds += ["--ro-bind-try", path + suffix, path + suffix]
@@ -378,10 +332,14 @@ def sqlite_datasource_binds(env: dict[str, str]) -> list[str]:
 
 
 def bwrap_prefix(
-    workspace: Path, env: dict[str, str] | None = None, *, network_folder: Path | None = None
+    workspace: Path,
+    env: dict[str, str] | None = None,
+    datasources: tuple[RunDatasource, ...] = (),
+    *,
+    network_folder: Path | None = None,
 ) -> list[str]:
     """The bubblewrap command that jails the runtime (PAW_SANDBOX_ISOLATION=bwrap); ``env``
-    (the sandbox environment) adds the run's SQLite datasource files. ``network_folder``
+    (the sandbox environment) and ``datasources`` add the run's SQLite datasource files. ``network_folder``
     (the node's forwarder folder of the sandbox, :class:`sandboxes.network.SandboxNetwork`)
     gives the jail a network namespace of its own and binds the folder read-only at
     ``/run/paw-net``."""
@@ -401,7 +359,7 @@ def bwrap_prefix(
     args += ["--ro-bind-try", "/sys/devices/system/cpu", "/sys/devices/system/cpu"]
     for path in _python_paths():
         args += ["--ro-bind", str(path), str(path)]
-    args += sqlite_datasource_binds(env or {})
+    args += sqlite_datasource_binds(env or {}, datasources)
     if network_folder is not None:
         args += ["--unshare-net", "--ro-bind", str(network_folder), JAIL_DIR]
     args += ["--bind", str(workspace), str(workspace)]
@@ -533,20 +491,16 @@ def takes_secrets_fd() -> bool:
     return runtime_kind() == "paw-agent"
 
 
-def private_variables(env: dict[str, str]) -> dict[str, str]:
+def private_variables(
+    env: dict[str, str], datasources: tuple[RunDatasource, ...] = ()
+) -> dict[str, str]:
     """The variables of ``env`` the runtime's tools must never read: the provider's key,
-    the embedding endpoint's key and the datasource URLs (they may carry an operator's
-    passwords). Handed to
+    the embedding endpoint's key and the URLs of the ``datasources`` (and any other
+    ``PAW_DATASOURCE_*_URL``: they may carry an operator's passwords). Handed to
     ``paw-agent`` through a pipe rather than its environment, they are not in any
     ``/proc/<pid>/environ`` of the jail (bubblewrap's own init process would show them)."""
     names = {"OPENAI_API_KEY", "PAW_EMBEDDING_API_KEY"}
-    try:
-        described = json.loads(env.get("PAW_DATASOURCES") or "[]")
-    except ValueError:
-        described = []
-    for datasource in described if isinstance(described, list) else []:
-        if isinstance(datasource, dict) and datasource.get("env"):
-            names.add(str(datasource["env"]))
+    names |= {datasource.env_name for datasource in datasources if datasource.env_name}
     names |= {name for name in env if name.startswith("PAW_DATASOURCE_") and name.endswith("_URL")}
     return {name: env[name] for name in names if name in env}
 
@@ -616,7 +570,12 @@ def build_command(
             argv = [*relay_prefix(network, spare=spare), *argv]
         else:
             network_folder = None
-        argv = [*bwrap_prefix(spec.workspace, spec.env, network_folder=network_folder), *argv]
+        argv = [
+            *bwrap_prefix(
+                spec.workspace, spec.env, spec.datasources, network_folder=network_folder
+            ),
+            *argv,
+        ]
     else:
         argv = [*keeper_prefix(), *argv]
     return [*resource_limits(), *argv]

@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
-import json
 import logging
 import shutil
 import socket
@@ -35,9 +34,13 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from django.conf import settings
+
+if TYPE_CHECKING:
+    from secrets_vault.services.sandbox import RunDatasource
 
 logger = logging.getLogger(__name__)
 
@@ -211,19 +214,15 @@ class NetworkPlan:
     env: dict[str, str] = field(default_factory=dict, repr=False)
 
 
-def _datasource_variables(env: dict[str, str]) -> dict[str, str]:
-    """``{URL variable: dialect}`` of the run's server datasources (not SQLite)."""
-    try:
-        described = json.loads(env.get("PAW_DATASOURCES") or "[]")
-    except ValueError:
-        return {}
-    found = {}
-    for datasource in described if isinstance(described, list) else []:
-        if isinstance(datasource, dict) and datasource.get("env") in env:
-            dialect = str(datasource.get("dialect") or "")
-            if dialect in ("postgresql", "mysql"):
-                found[str(datasource["env"])] = dialect
-    return found
+def _datasource_variables(
+    env: dict[str, str], datasources: tuple[RunDatasource, ...]
+) -> dict[str, str]:
+    """``{URL variable: dialect}`` of the run's server datasources (not SQLite) in ``env``."""
+    return {
+        datasource.env_name: datasource.dialect
+        for datasource in datasources
+        if datasource.env_name in env and datasource.dialect in ("postgresql", "mysql")
+    }
 
 
 def _rewrite_postgres(url: str, local_port: int) -> str:
@@ -247,12 +246,15 @@ def _rewrite_host_port(url: str, local_port: int) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
-def network_plan(env: dict[str, str]) -> NetworkPlan:
-    """The plan of a sandbox whose environment (before isolation) is ``env``.
+def network_plan(
+    env: dict[str, str], run_datasources: tuple[RunDatasource, ...] = ()
+) -> NetworkPlan:
+    """The plan of a sandbox whose environment (before isolation) is ``env``, for a run of
+    ``run_datasources`` (their URLs are in ``env``).
 
     Allowed: the host:port of ``OPENAI_BASE_URL`` and ``PAW_EMBEDDING_BASE_URL`` and of
     each PostgreSQL / MySQL datasource URL, plus ``PAW_SANDBOX_ALLOWED_HOSTS`` and the
-    run's datasources' own ``allowed_hosts`` (``PAW_SANDBOX_DATASOURCE_HOSTS``). An
+    run's datasources' own ``allowed_hosts`` (each once, in the run's order). An
     ``https://`` endpoint keeps its URL (reached through the proxy, TLS verifies the real
     host); an ``http://`` one and each datasource get a TCP forward, their URLs rewritten
     to the relay's port (PostgreSQL keeps its host name and adds ``hostaddr``; MySQL's
@@ -278,7 +280,7 @@ def network_plan(env: dict[str, str]) -> NetworkPlan:
         allowed.add(endpoint)
         if urlsplit(url).scheme == "http":
             rewritten[name] = _rewrite_host_port(url, forward(*endpoint).local_port)
-    for name, dialect in _datasource_variables(env).items():
+    for name, dialect in _datasource_variables(env, run_datasources).items():
         url = env[name]
         try:
             parts = urlsplit(url)
@@ -318,7 +320,7 @@ def network_plan(env: dict[str, str]) -> NetworkPlan:
         datasources=frozenset(datasources),
         patterns=(
             *settings.PAW_SANDBOX_ALLOWED_HOSTS,
-            *(h for h in env.get("PAW_SANDBOX_DATASOURCE_HOSTS", "").split(",") if h.strip()),
+            *dict.fromkeys(h for d in run_datasources for h in d.allowed_hosts if h.strip()),
         ),
         paw_services=frozenset(_service_endpoints()),
         package_index=frozenset(index),

@@ -19,26 +19,23 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
 
 from django.conf import settings
-from django.db import close_old_connections, connection, transaction
+from django.db import close_old_connections, connection
 from django.utils import timezone
 
 from conversations.selectors import runs as run_selectors
+from conversations.selectors.runs import AnswerOp
 from conversations.services import approvals as approval_services
 from conversations.services import runs as run_services
 from paw_project import metrics
+from sandboxes import records
 from sandboxes.launch import IsolationUnavailable, network_mode
-from sandboxes.models import Sandbox, WorkerNode
 from sandboxes.pipeline import EventPipeline
-from sandboxes.pool import (
-    CANCEL_RESEND_SECONDS,
-    SandboxError,
-    SandboxPool,
-    SandboxProcess,
-    get_pool,
-)
+from sandboxes.pool import SandboxPool, get_pool
+from sandboxes.process import SandboxProcess
+from sandboxes.reader import OutputReader, output_reader
+from sandboxes.run import CANCEL_RESEND_SECONDS, SandboxError
 from sandboxes.spares import SpareKeeper
 
 logger = logging.getLogger(__name__)
@@ -59,12 +56,14 @@ STOP_SECONDS_MAX = 5 * SANDBOX_STOP_GRACE + 3 * PIPELINE_DRAIN_SECONDS + 5.0
 
 
 class Node:
-    """This process's node: name, pool, spares, pipeline, monitor."""
+    """This process's node: name, pool, the reader of its sandboxes' stdout, spares,
+    pipeline, monitor."""
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.pool: SandboxPool = get_pool()
-        self.spares = SpareKeeper(name, self.pool)
+        self.reader: OutputReader = output_reader()
+        self.spares = SpareKeeper(name, self.pool, self.reader)
         self.pipeline = EventPipeline(node=name)
         self.pipeline.on_exit(self._forget)
         self._stop = threading.Event()
@@ -77,20 +76,11 @@ class Node:
     def start(self) -> None:
         """Register the node, clean up what a previous process of the same name left, and
         start the pipeline and the monitor."""
-        now = timezone.now()
         try:
             network = network_mode()
         except (IsolationUnavailable, RuntimeError):
             network = ""  # the node cannot start sandboxes at all; each start says why
-        WorkerNode.objects.update_or_create(
-            name=self.name,
-            defaults={
-                "started_at": now,
-                "heartbeat_at": now,
-                "stopped_at": None,
-                "sandbox_network": network,
-            },
-        )
+        records.node_register(name=self.name, network=network)
         self._recover(reason="the worker restarted during the run")
         self.pipeline.start()
         self.spares.start()
@@ -102,10 +92,7 @@ class Node:
 
     def _recover(self, *, reason: str) -> None:
         """Runs and sandboxes a previous process of this node left behind are ended."""
-        with transaction.atomic():
-            Sandbox.objects.filter(node=self.name, state__in=Sandbox.LIVE_STATES).update(
-                state=Sandbox.State.DEAD, stopped_at=timezone.now()
-            )
+        records.nodes_sandboxes_mark_dead(nodes=[self.name])
         for run_id in run_selectors.run_ids_active_on_nodes(nodes=[self.name]):
             run_services.run_fail(run_id=run_id, code="worker_lost", message=reason)
 
@@ -134,10 +121,7 @@ class Node:
         if self._monitor is not None:
             self._monitor.join(timeout=5)
         try:
-            WorkerNode.objects.filter(name=self.name).update(stopped_at=timezone.now())
-            Sandbox.objects.filter(node=self.name, state__in=Sandbox.LIVE_STATES).update(
-                state=Sandbox.State.STOPPED, stopped_at=timezone.now()
-            )
+            records.node_mark_stopped(name=self.name)
         finally:
             connection.close()
         logger.info("node %s stopped", self.name)
@@ -204,39 +188,28 @@ class Node:
         for approval_id in run_selectors.approval_ids_due(node=self.name, now=timezone.now()):
             approval = approval_services.approval_expire(approval_id=approval_id)
             if approval is not None:
-                self.answer_deliver(approval)
+                self.answer_deliver(run_selectors.approval_answer_op(approval))
 
-    def answer_deliver(self, approval: Any) -> bool:
-        """Write the ``answer`` op for a decided ``approval`` to its run's sandbox here.
-        Returns ``False`` when the run is no longer the sandbox's current run."""
-        sandbox = self.pool.get(approval.conversation_id)
+    def answer_deliver(self, op: AnswerOp) -> bool:
+        """Write the ``answer`` op ``op`` (a decided approval's) to its run's sandbox here;
+        one approving an ``install_package`` call opens the package index for it
+        (:class:`~sandboxes.package_index.PackageIndexWindow`). Returns ``False`` when the
+        run is no longer the sandbox's current run, or the sandbox is gone."""
+        sandbox = self.pool.get(op.conversation_id)
         run = sandbox.active if sandbox is not None else None
-        if run is None or run.run_id != approval.run_id:
+        if run is None or run.run_id != op.run_id:
             return False
-        installing = approval.status == "approved" and approval.prompt.startswith(
-            "install_package:"
-        )
-        if installing:  # opened before the answer: pip starts as soon as it is read
-            sandbox.open_package_index()
         try:
-            run.answer(
-                answers=approval_services.approval_answers(approval),
-                ask_id=approval.ask_id or None,
+            sandbox.package_index.answer(
+                approved_call=op.approved_call,
+                write=lambda: run.answer(answers=op.answers, ask_id=op.ask_id),
             )
         except SandboxError:
-            if installing and sandbox.network is not None:
-                sandbox.network.index_open = False
             return False
         return True
 
     def _heartbeat(self) -> None:
-        now = timezone.now()
-        WorkerNode.objects.filter(name=self.name).update(heartbeat_at=now)
-        ids = [s.sandbox_id for s in self.pool.all()]
-        if ids:
-            Sandbox.objects.filter(id__in=ids, state__in=Sandbox.LIVE_STATES).update(
-                heartbeat_at=now
-            )
+        records.node_heartbeat(name=self.name, sandbox_ids=[s.sandbox_id for s in self.pool.all()])
 
 
 _node: Node | None = None

@@ -1,6 +1,6 @@
 """The node's event pipeline: runtime lines → events → the domain's effects.
 
-The node's reader thread (``sandboxes.pool.OutputReader``) hands the reads of one round,
+The node's reader thread (``sandboxes.reader.OutputReader``) hands the reads of one round,
 every sandbox's, to :meth:`EventPipeline.submit_many`, which prepares them at once, in
 that thread: classifies each line once (:func:`classify`), masks it, and joins
 consecutive deltas (:func:`coalesce_deltas`: a read holds one line when the pipe is
@@ -40,15 +40,14 @@ from typing import Any
 
 import redis
 from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
-from django.utils import timezone
 
 from conversations.services import events as event_services
 from conversations.services.events import ConversationGone, EventDraft, StoredEvent
 from conversations.services.run_effects import LineKind, RunEffects, RunLine
 from paw_project import live_log, metrics
-from sandboxes import protocol
-from sandboxes.models import Sandbox
-from sandboxes.pool import ActiveRun, ReadEntry, SandboxProcess
+from sandboxes import protocol, records
+from sandboxes.process import SandboxProcess
+from sandboxes.run import ActiveRun, ReadEntry
 
 logger = logging.getLogger(__name__)
 
@@ -412,15 +411,10 @@ class EventPipeline:
             self._effects.apply([line for batch in kept for line in batch.effects])
             started = {b.sandbox.sandbox_id for b in kept if b.started}
             finished = {b.sandbox.sandbox_id for b in kept if b.finished}
-            now = timezone.now()
             if started - finished:
-                Sandbox.objects.filter(id__in=started - finished, state=Sandbox.State.READY).update(
-                    state=Sandbox.State.BUSY, last_active_at=now
-                )
+                records.sandboxes_mark_busy(sandbox_ids=started - finished)
             if finished:
-                Sandbox.objects.filter(id__in=finished, state=Sandbox.State.BUSY).update(
-                    state=Sandbox.State.READY, last_active_at=now
-                )
+                records.sandboxes_mark_idle(sandbox_ids=finished)
             if not live:  # sent once committed
                 transaction.on_commit(lambda: [self._sent(batch) for batch in kept])
         metrics.relay_stored(node=self.node, lines=sum(batch.lines for batch in kept))
@@ -444,23 +438,23 @@ class EventPipeline:
         """Record a sandbox's end and end its run, if one was still going."""
         sandbox = batch.sandbox
         tail = sandbox.stderr_tail()
-        state = Sandbox.State.STOPPED if sandbox.stopping else Sandbox.State.DEAD
+        stopped = sandbox.stopping
         run = sandbox.active
         with transaction.atomic():
-            Sandbox.objects.filter(id=sandbox.sandbox_id, state__in=Sandbox.LIVE_STATES).update(
-                state=state, stopped_at=timezone.now()
-            )
-            Sandbox.objects.filter(id=sandbox.sandbox_id).update(
-                exit_code=batch.exit_code, stderr_tail=tail[-8000:]
+            records.sandbox_mark_exited(
+                sandbox_id=sandbox.sandbox_id,
+                stopped=stopped,
+                exit_code=batch.exit_code,
+                stderr_tail=tail,
             )
             self._effects.sandbox_exited(
                 run=run,
                 conversation_id=sandbox.conversation_id,
                 exit_code=batch.exit_code,
                 stderr_tail=sandbox.mask_text(tail),
-                expected=state == Sandbox.State.STOPPED,
+                expected=stopped,
             )
-        if state == Sandbox.State.DEAD:
+        if not stopped:
             metrics.sandbox_crashed(node=self.node)
         if run is not None:
             run.close()  # after commit: a retried transaction still finds the run

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-import tempfile
 import time
 import uuid
 from datetime import timedelta
@@ -18,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import connection
 from django.utils import timezone
 
 from conversations.selectors import events as event_selectors
@@ -29,29 +28,27 @@ from conversations.services import runs as run_services
 from conversations.services.workspaces import workspace_adopt, workspace_ensure, workspace_remove
 from paw_project import metrics
 from paw_project.errors import DomainError
-from sandboxes.enqueue import run_execute_enqueue, sandbox_stop_enqueue
+from sandboxes import records
+from sandboxes.enqueue import run_execute_enqueue
+from sandboxes.host_folder import knowledge_indexes_place
 from sandboxes.launch import (
-    KNOWLEDGE_FOLDER,
     SandboxSpec,
-    host_file_put,
-    host_file_remove,
-    host_files,
     isolation_mode,
     memory_exchanges,
     network_mode,
     runtime_argv,
     sqlite_datasource_binds,
 )
-from sandboxes.models import Sandbox, WorkerNode
+from sandboxes.models import Sandbox
 from sandboxes.network import SPARE_FORWARD_PORTS, network_plan
 from sandboxes.node import Node, current_node
-from sandboxes.pool import SandboxError, SandboxProcess, ready_timeout
+from sandboxes.pool import ready_timeout
+from sandboxes.process import SandboxProcess
 from sandboxes.protocol import HostNotice, runtime_gated
+from sandboxes.run import SandboxError
 from sandboxes.selectors import lost_node_names, stopped_node_names
 from secrets_vault.services import (
-    RunKnowledge,
     knowledge_for_run,
-    knowledge_index_write,
     provider_resolve,
     sandbox_environment,
 )
@@ -80,6 +77,7 @@ def sandbox_spec_for(run: Any) -> SandboxSpec:
         model=choice.model,
         env=environment.env,
         secret_values=environment.secret_values,
+        datasources=environment.datasources,
         answer_timeout=approval_timeout_of(run.conversation),
         vision=choice.vision,
     )
@@ -139,33 +137,6 @@ def run_submit_options(
             if knowledge.entries or indexes:
                 options["knowledge"] = {"entries": knowledge.entries, "indexes": indexes}
     return options
-
-
-def knowledge_indexes_place(workspace: Path, knowledge: RunKnowledge) -> list[dict[str, str]]:
-    """Make sure the sandbox's ``.paw/host/knowledge/`` holds the index file of each of the
-    run's datasources at its current version (built in a private temporary folder by
-    ``knowledge_index_write``, then put there by :func:`~sandboxes.launch.host_file_put`,
-    never through a link); older versions go. Returns the submit's ``indexes``:
-    ``[{"datasource", "path"}]``, paths relative to the workspace. Raises ``OSError`` or
-    ``sqlite3.Error`` when a file cannot be written."""
-    folder = ("knowledge",)
-    present = set(host_files(workspace, folder))
-    indexes = []
-    for source in knowledge.sources:
-        if source.file_name not in present:
-            with tempfile.TemporaryDirectory(prefix="paw-index-") as scratch:
-                built = Path(scratch) / source.file_name
-                knowledge_index_write(
-                    source=source, path=built, vector_model=knowledge.vector_model
-                )
-                host_file_put(workspace, folder, source.file_name, built)
-            for old in present:
-                if old.startswith(f"{source.slug}.v") and old.endswith(".sqlite3"):
-                    host_file_remove(workspace, folder, old)
-        indexes.append(
-            {"datasource": source.slug, "path": f"{KNOWLEDGE_FOLDER}/{source.file_name}"}
-        )
-    return indexes
 
 
 def run_execute(*, run_id: uuid.UUID) -> None:
@@ -254,33 +225,26 @@ def _make_room(node: Node) -> None:
 
 def _sandbox_row_create(node: Node, spec: SandboxSpec, **fields: Any) -> Sandbox:
     """The ``Sandbox`` row of a sandbox of ``spec``'s conversation starting on this node
-    (``fields``: more of its columns); a live row left by another node (lost, or an
-    evicted race) is closed first: one live sandbox per conversation."""
-    conversation_id = uuid.UUID(spec.conversation_id)
-    with transaction.atomic():
-        stale = list(
-            Sandbox.objects.select_for_update().filter(
-                conversation_id=conversation_id, state__in=Sandbox.LIVE_STATES
-            )
-        )
-        for row in stale:
-            row.state = Sandbox.State.STOPPED if row.node == node.name else Sandbox.State.DEAD
-            row.stopped_at = timezone.now()
-            row.save(update_fields=["state", "stopped_at"])
-            if row.node != node.name:
-                # Only that node: the live row is ours now, and our new sandbox must stay.
-                transaction.on_commit(
-                    lambda stale_node=row.node: sandbox_stop_enqueue(
-                        conversation_id=conversation_id, node=stale_node
-                    )
-                )
-        return Sandbox.objects.create(
-            conversation_id=conversation_id,
-            node=node.name,
-            provider=spec.provider,
-            model=spec.model,
-            **{"command": "", **fields},
-        )
+    (``fields``: more of its columns): :func:`~sandboxes.records.sandbox_create`."""
+    return records.sandbox_create(
+        conversation_id=uuid.UUID(spec.conversation_id),
+        node=node.name,
+        provider=spec.provider,
+        model=spec.model,
+        **fields,
+    )
+
+
+def _sandbox_dead(node: Node, sandbox: SandboxProcess, *, counted: bool) -> None:
+    """A sandbox that failed to start or to take its hand-over: killed, its slot given
+    back (``counted``: it was already counted as its conversation's, else its slot was
+    reserved) and its row ``dead`` with its stderr's tail."""
+    sandbox.kill()
+    if counted:
+        node.pool.discard(sandbox)
+    else:
+        node.pool.release()
+    records.sandbox_mark_dead(sandbox_id=sandbox.sandbox_id, stderr_tail=sandbox.stderr_tail())
 
 
 def sandbox_handover(
@@ -299,10 +263,10 @@ def sandbox_handover(
         return None
     plan = None
     if network_mode() == "isolated":
-        plan = network_plan(spec.env)
+        plan = network_plan(spec.env, spec.datasources)
         if len(plan.forwards) > SPARE_FORWARD_PORTS:
             return None
-    if isolation_mode() == "bwrap" and sqlite_datasource_binds(spec.env):
+    if isolation_mode() == "bwrap" and sqlite_datasource_binds(spec.env, spec.datasources):
         return None
     started = time.monotonic()
     spare = node.spares.take()
@@ -326,20 +290,12 @@ def sandbox_handover(
     except SandboxError as exc:
         logger.warning("spare %s failed its hand-over: %s", spare.sandbox_id, exc)
         metrics.sandbox_spare(node=node.name, event="failed")
-        spare.kill()
-        node.pool.release()
-        Sandbox.objects.filter(id=row.id).update(
-            state=Sandbox.State.DEAD,
-            stopped_at=timezone.now(),
-            stderr_tail=spare.stderr_tail()[-8000:],
-        )
+        _sandbox_dead(node, spare, counted=False)
         return None
     node.pool.add(spare, reserved=True)
     metrics.sandbox_spawned(node=node.name, ok=True)
     metrics.sandbox_spare(node=node.name, event="handed_over")
-    Sandbox.objects.filter(id=row.id).update(
-        state=Sandbox.State.READY, last_active_at=timezone.now()
-    )
+    records.sandbox_mark_ready(sandbox_id=row.id)
     logger.info(
         "sandbox %s: a spare handed over in %.0f ms (pid %s)",
         row.id,
@@ -367,6 +323,7 @@ def sandbox_spawn(
         sandbox_id=row.id,
         spec=spec,
         sink=node.pipeline.submit,
+        reader=node.reader,
         on_network_refused=network_refusal_notice,
     )
     added = False
@@ -379,28 +336,18 @@ def sandbox_spawn(
         runtime_gate(sandbox)
     except (SandboxError, OSError, RuntimeError) as exc:
         metrics.sandbox_spawned(node=node.name, ok=False)
-        sandbox.kill()
-        if added:
-            node.pool.discard(sandbox)
-        else:
-            node.pool.release()
-        Sandbox.objects.filter(id=row.id).update(
-            state=Sandbox.State.DEAD,
-            stopped_at=timezone.now(),
-            stderr_tail=sandbox.stderr_tail()[-8000:],
-        )
+        _sandbox_dead(node, sandbox, counted=added)
         if isinstance(exc, SandboxError):
             raise
         raise SandboxError(
             f"the agent runtime could not be started: {exc}", code="sandbox_start"
         ) from exc
     metrics.sandbox_spawned(node=node.name, ok=True)
-    Sandbox.objects.filter(id=row.id).update(
+    records.sandbox_mark_ready(
+        sandbox_id=row.id,
         pid=sandbox.pid,
-        state=Sandbox.State.READY,
         command=" ".join(sandbox.command)[:1000],
         capabilities=sorted(sandbox.capabilities),
-        last_active_at=timezone.now(),
     )
     logger.info(
         "sandbox %s ready in %.0f ms (pid %s)",
@@ -548,10 +495,10 @@ def run_cancel_deliver(*, run_id: uuid.UUID) -> None:
 
 def approval_answer_deliver(*, approval_id: uuid.UUID) -> None:
     """On the owning node: write the ``answer`` op for a decided approval."""
-    approval = run_selectors.approval_for_node(approval_id=approval_id)
-    if approval is None or approval.status == approval.Status.PENDING:
+    op = run_selectors.approval_answer_op_for_node(approval_id=approval_id)
+    if op is None:
         return
-    if not current_node().answer_deliver(approval):
+    if not current_node().answer_deliver(op):
         logger.info("approval %s: its run is no longer in a sandbox here", approval_id)
 
 
@@ -588,9 +535,7 @@ def nodes_reap() -> dict[str, int]:
     """
     lost = lost_node_names(silent_for_seconds=settings.PAW_NODE_DEAD_SECONDS)
     gone = lost + stopped_node_names()
-    sandboxes = Sandbox.objects.filter(node__in=gone, state__in=Sandbox.LIVE_STATES).update(
-        state=Sandbox.State.DEAD, stopped_at=timezone.now()
-    )
+    sandboxes = records.nodes_sandboxes_mark_dead(nodes=gone)
     runs = 0
     for run_id in run_selectors.run_ids_active_on_nodes(nodes=gone):
         if run_services.run_fail(
@@ -600,7 +545,7 @@ def nodes_reap() -> dict[str, int]:
         ):
             runs += 1
     if lost:
-        WorkerNode.objects.filter(name__in=lost).update(stopped_at=timezone.now())
+        records.nodes_mark_lost(names=lost)
     requeued = runs_requeue(older_than_seconds=60)
     try:
         events = event_services.events_reconcile()

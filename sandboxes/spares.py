@@ -44,7 +44,10 @@ from django.conf import settings
 
 from paw_project import metrics
 from sandboxes.launch import IsolationUnavailable, SandboxSpec, isolation_mode, runtime_kind
-from sandboxes.pool import SandboxError, SandboxPool, SandboxProcess, ready_timeout
+from sandboxes.pool import SandboxPool, ready_timeout
+from sandboxes.process import SandboxProcess
+from sandboxes.reader import OutputReader
+from sandboxes.run import SandboxError
 
 logger = logging.getLogger(__name__)
 
@@ -71,9 +74,11 @@ class SpareKeeper:
     ``pool`` (:meth:`SandboxPool.spares`), with the node's other sandboxes.
     """
 
-    def __init__(self, node: str, pool: SandboxPool) -> None:
+    def __init__(self, node: str, pool: SandboxPool, reader: OutputReader) -> None:
         self.node = node
         self.pool = pool
+        #: Reads the spares' stdout (the node's).
+        self.reader = reader
         self.folder = spares_folder(node)
         self.size = 0
         self._wanted = threading.Event()
@@ -204,6 +209,7 @@ class SpareKeeper:
                     conversation_id=str(sandbox_id), workspace=folder, provider="", model=""
                 ),
                 sink=self._sink,
+                reader=self.reader,
                 spare=True,
             )
             self.pool.spare_add(spare)

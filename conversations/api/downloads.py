@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import BinaryIO
 from urllib.parse import quote
 
-from asgiref.sync import sync_to_async
 from django.core.handlers.asgi import ASGIRequest
 from django.http import FileResponse, HttpRequest, StreamingHttpResponse
 
 from conversations.selectors.artifacts import INLINE_CONTENT_TYPES, OpenArtifact
+from paw_project.streaming import file_chunks
 
 
 def content_disposition(disposition: str, name: str) -> str:
@@ -19,19 +17,6 @@ def content_disposition(disposition: str, name: str) -> str:
     ``filename*=UTF-8''<percent-encoded>`` (RFC 5987/8187)."""
     fallback = "".join(ch if 0x20 <= ord(ch) < 0x7F and ch not in '"\\' else "_" for ch in name)
     return f"{disposition}; filename=\"{fallback}\"; filename*=UTF-8''{quote(name, safe='')}"
-
-
-CHUNK_BYTES = 256 * 1024
-
-
-async def _chunks(file: BinaryIO) -> AsyncIterator[bytes]:
-    """The file's bytes in chunks, each read in a worker thread; closes the file."""
-    read = sync_to_async(file.read, thread_sensitive=False)
-    try:
-        while chunk := await read(CHUNK_BYTES):
-            yield chunk
-    finally:
-        file.close()
 
 
 #: Types a page could load from PAW's own origin as a script, a worker or a stylesheet
@@ -65,7 +50,7 @@ def download_response(
     if content_type.split(";")[0].strip().lower() in ACTIVE_CONTENT_TYPES:
         content_type = "text/plain; charset=utf-8"
     if isinstance(request, ASGIRequest):
-        response = StreamingHttpResponse(_chunks(opened.file), content_type=content_type)
+        response = StreamingHttpResponse(file_chunks(opened.file), content_type=content_type)
         response._resource_closers.append(opened.file.close)
     else:
         response = FileResponse(opened.file, content_type=content_type)

@@ -13,7 +13,7 @@ from rest_framework.views import APIView
 
 from conversations.api.downloads import download_response
 from conversations.api.events import EventOutput
-from conversations.selectors.exports import EXPORT_FORMATS, EXPORT_MAX_EVENTS, conversation_export
+from conversations.exports import EXPORT_FORMATS, EXPORT_MAX_EVENTS, conversation_export
 from paw_project.api import error_responses
 
 

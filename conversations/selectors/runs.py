@@ -127,9 +127,55 @@ def waiting_counts() -> dict[str, int]:
     }
 
 
-def approval_for_node(*, approval_id: UUID) -> Approval | None:
-    """The approval ``approval_id``, or ``None``."""
-    return Approval.objects.filter(id=approval_id).first()
+#: What an expired question is answered with (the model is told nobody answered).
+UNANSWERED = "Unanswered"
+
+
+@dataclass(frozen=True)
+class AnswerOp:
+    """The ``answer`` op (PROTOCOL.md) that carries a decided approval to its run's
+    sandbox: ``answers`` and ``ask_id`` are the op's fields, ``conversation_id`` and
+    ``run_id`` where it goes. ``approved_call``: the tool call an approved confirm allows
+    (``{"name", "args", "input"}`` as the runtime named it; ``None`` for anything else),
+    which the node opens the package index for when it is an ``install_package``."""
+
+    conversation_id: UUID
+    run_id: UUID
+    answers: list[str]
+    ask_id: str | None
+    approved_call: dict[str, Any] | None = None
+
+
+def approval_answers(approval: Approval) -> list[str]:
+    """The ``answers`` of the ``answer`` op that carries a decided approval to the runtime
+    (a confirm: ``["yes"]`` or ``["no"]``, PROTOCOL.md)."""
+    if approval.kind == Approval.Kind.CONFIRM:
+        return ["yes" if approval.status == Approval.Status.APPROVED else "no"]
+    return list(approval.answers) or [UNANSWERED]
+
+
+def approval_answer_op(approval: Approval) -> AnswerOp:
+    """The ``answer`` op of the decided ``approval``."""
+    approved = (
+        approval.kind == Approval.Kind.CONFIRM and approval.status == Approval.Status.APPROVED
+    )
+    call = approval.call if approved and isinstance(approval.call, dict) else None
+    return AnswerOp(
+        conversation_id=approval.conversation_id,
+        run_id=approval.run_id,
+        answers=approval_answers(approval),
+        ask_id=approval.ask_id or None,
+        approved_call=call,
+    )
+
+
+def approval_answer_op_for_node(*, approval_id: UUID) -> AnswerOp | None:
+    """The ``answer`` op of the approval ``approval_id``; ``None`` when there is no such
+    approval or it is still pending."""
+    approval = Approval.objects.filter(id=approval_id).first()
+    if approval is None or approval.status == Approval.Status.PENDING:
+        return None
+    return approval_answer_op(approval)
 
 
 def approval_ids_due(*, node: str, now: datetime, limit: int = 100) -> list[UUID]:

@@ -21,6 +21,7 @@ from django.utils import timezone
 from conversations.models import Approval, Run
 from conversations.selectors.conversations import approval_timeout_of
 from conversations.selectors.messages import approval_request_message, approval_resolved_message
+from conversations.selectors.runs import UNANSWERED
 from conversations.services.events import message_publish_on_commit
 from conversations.services.live_status import conversation_changed_publish
 from paw_project import metrics
@@ -29,8 +30,6 @@ from sandboxes.enqueue import approval_answer_enqueue
 
 logger = logging.getLogger(__name__)
 
-#: What an expired question is answered with (the model is told nobody answered).
-UNANSWERED = "Unanswered"
 MAX_ANSWERS = 20
 MAX_ANSWER_CHARS = 10_000
 
@@ -42,14 +41,6 @@ def approval_request_publish(approval: Approval) -> None:
         conversation_id=approval.conversation_id, message=approval_request_message(approval)
     )
     conversation_changed_publish(conversation_id=approval.conversation_id)
-
-
-def approval_answers(approval: Approval) -> list[str]:
-    """The ``answers`` of the ``answer`` op that carries a decided approval to the runtime
-    (a confirm: ``["yes"]`` or ``["no"]``, PROTOCOL.md)."""
-    if approval.kind == Approval.Kind.CONFIRM:
-        return ["yes" if approval.status == Approval.Status.APPROVED else "no"]
-    return list(approval.answers) or [UNANSWERED]
 
 
 def _normalize_questions(data: dict[str, Any]) -> list[dict[str, Any]]:

@@ -78,7 +78,7 @@ class LineKind(enum.StrEnum):
 
 
 class RunControl(Protocol):
-    """The node's handle on a run it executes (``sandboxes.pool.ActiveRun``).
+    """The node's handle on a run it executes (``sandboxes.run.ActiveRun``).
 
     ``forced``: ``(code, message)`` when the host ended the run itself (timeout, budget,
     policy, a stop), else ``None``. ``usage``: the runtime's latest running totals

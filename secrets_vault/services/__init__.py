@@ -51,6 +51,7 @@ from secrets_vault.services.providers import (
     provider_resolve,
 )
 from secrets_vault.services.sandbox import (
+    RunDatasource,
     SandboxEnvironment,
     prompt_secret_values,
     sandbox_environment,
@@ -76,6 +77,7 @@ __all__ = [
     "ProviderChoice",
     "ReencryptResult",
     "Resolved",
+    "RunDatasource",
     "RunKnowledge",
     "SandboxEnvironment",
     "custom_provider_save",

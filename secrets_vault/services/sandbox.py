@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from paw_project.errors import InvalidRequest
 from secrets_vault.embeddings import embedder_configured
@@ -23,19 +22,52 @@ NO_KEY = "no-key"
 
 
 @dataclass(frozen=True)
-class SandboxEnvironment:
-    """Variables to add to a sandbox's (otherwise minimal) environment, and the secret
-    values among them.
+class RunDatasource:
+    """One datasource a run's sandbox is given (its URL is in the environment, under
+    ``env_name``): ``slug``, ``name``, ``dialect`` (``postgresql``, ``mysql`` or
+    ``sqlite``), ``description``, ``read_only``, and ``allowed_hosts``, the destinations
+    beyond its own host and port an isolated sandbox may reach when the run uses it
+    (``host``, ``host:port``, ``*.domain[:port]``)."""
 
-    ``env``: ``NAME → value``; ``secret_values``: ``NAME → value`` for every secret value
-    handed over (the user's secrets, secrets resolved into datasource URLs and their
-    URL-encoded forms as ``NAME:urlencoded``, each whole datasource URL under its
-    variable name, the provider key under its secret's name), to be given to
-    ``masking.mask_secrets`` for everything PAW stores or sends. ``repr`` shows neither.
+    slug: str
+    name: str
+    dialect: str
+    description: str
+    env_name: str
+    read_only: bool
+    allowed_hosts: tuple[str, ...] = ()
+
+    def described(self) -> dict[str, Any]:
+        """What the runtime is told of it (an item of ``PAW_DATASOURCES``, PROTOCOL.md):
+        ``{"slug", "name", "dialect", "description", "env", "read_only"}``."""
+        return {
+            "slug": self.slug,
+            "name": self.name,
+            "dialect": self.dialect,
+            "description": self.description,
+            "env": self.env_name,
+            "read_only": self.read_only,
+        }
+
+
+@dataclass(frozen=True)
+class SandboxEnvironment:
+    """Variables to add to a sandbox's (otherwise minimal) environment, the secret values
+    among them, and the run's datasources.
+
+    ``env``: ``NAME → value``; ``datasources``: a :class:`RunDatasource` each, in the
+    run's order (their URLs are in ``env``; the sandbox's launch turns the list into
+    ``PAW_DATASOURCES``: ``sandboxes.launch.datasource_variables``); ``secret_values``:
+    ``NAME → value`` for every secret value handed over (the user's secrets, secrets
+    resolved into datasource URLs and their URL-encoded forms as ``NAME:urlencoded``, each
+    whole datasource URL under its variable name, the provider key under its secret's
+    name), to be given to ``masking.mask_secrets`` for everything PAW stores or sends.
+    ``repr`` shows neither of those two.
     """
 
     env: dict[str, str] = field(repr=False)
     secret_values: dict[str, str] = field(repr=False)
+    datasources: tuple[RunDatasource, ...] = ()
 
 
 def sandbox_environment(
@@ -49,9 +81,8 @@ def sandbox_environment(
       upper-cased, ``-`` as ``_``; placeholders resolved by ``datasource_resolve``: the
       password the user's secret before a global one, host, port, database and user
       only global ones; never PAW's own database; URL forms in
-      ``secrets_vault.connections``), and ``PAW_DATASOURCES``:
-      a JSON list of ``{"slug", "name", "dialect", "description", "env", "read_only"}``
-      (always set, ``[]`` when none); with embeddings configured (and datasources),
+      ``secrets_vault.connections``), and a :class:`RunDatasource` in ``datasources``
+      (its allowed hosts among them); with embeddings configured (and datasources),
       ``PAW_EMBEDDING_BASE_URL``, ``PAW_EMBEDDING_MODEL`` and ``PAW_EMBEDDING_API_KEY``
       for the agent's ``search_knowledge`` (the operator's key, handed over like a
       provider key).
@@ -86,30 +117,26 @@ def sandbox_environment(
         secret_values[secret.name] = secret.value
         used.append(secret.pk)
 
-    described = []
-    allowed_hosts: list[str] = []
+    described: list[RunDatasource] = []
     datasources = {d.slug: d for d in Datasource.objects.filter(slug__in=slugs, enabled=True)}
     for slug in slugs:
         connection = datasource_connection(datasource=datasources[slug], user=user)
         datasource = connection.datasource
         env[datasource.env_name] = connection.url
-        allowed_hosts += [h for h in datasource.allowed_hosts or [] if h not in allowed_hosts]
         for name, value in connection.secret_values.items():
             secret_values.setdefault(name, value)
         used += connection.secret_ids
         described.append(
-            {
-                "slug": datasource.slug,
-                "name": datasource.name,
-                "dialect": datasource.dialect,
-                "description": datasource.description,
-                "env": datasource.env_name,
-                "read_only": datasource.read_only,
-            }
+            RunDatasource(
+                slug=datasource.slug,
+                name=datasource.name,
+                dialect=datasource.dialect,
+                description=datasource.description,
+                env_name=datasource.env_name,
+                read_only=datasource.read_only,
+                allowed_hosts=tuple(datasource.allowed_hosts or ()),
+            )
         )
-    env["PAW_DATASOURCES"] = json.dumps(described, ensure_ascii=False)
-    if allowed_hosts:  # the isolated network's extra destinations for this run
-        env["PAW_SANDBOX_DATASOURCE_HOSTS"] = ",".join(allowed_hosts)
     embedder = embedder_configured() if slugs else None
     if embedder is not None:
         # search_knowledge embeds its queries with the model the entries were embedded by.
@@ -127,7 +154,7 @@ def sandbox_environment(
 
     secrets_mark_used(secret_ids=sorted(set(used)))
     secret_values_register(secret_values)
-    return SandboxEnvironment(env=env, secret_values=secret_values)
+    return SandboxEnvironment(env=env, secret_values=secret_values, datasources=tuple(described))
 
 
 def prompt_secret_values(*, user: User, provider: ProviderChoice) -> dict[str, str]:

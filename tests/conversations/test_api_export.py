@@ -11,8 +11,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from conversations import exports
 from conversations.models import ConversationFile, Run, RunEvent
-from conversations.selectors import exports
 from conversations.services.workspaces import workspace_ensure
 from tests.conftest import SCRIPTED_API_KEY
 from tests.conversations.multipart import upload

@@ -29,7 +29,7 @@ from accounts.models import User
 from conversations.models import Run
 from sandboxes.models import Sandbox, WorkerNode
 from sandboxes.node import STOP_SECONDS_MAX
-from sandboxes.pool import SUBMIT_ACK_TIMEOUT
+from sandboxes.process import SUBMIT_ACK_TIMEOUT
 from tests.conftest import SCRIPTED_API_KEY
 from tests.live import wait_for
 from tests.processes import (

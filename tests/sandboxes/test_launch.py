@@ -3,19 +3,25 @@ its environment, the SQLite files bound into its jail."""
 
 from __future__ import annotations
 
-import json
 import os
 
 import pytest
 
+from sandboxes.host_folder import host_file_put, host_file_remove, host_files
 from sandboxes.launch import (
-    host_file_put,
-    host_file_remove,
-    host_files,
     private_variables,
     sandbox_dirs,
     sqlite_datasource_binds,
 )
+from secrets_vault.services.sandbox import RunDatasource
+
+
+def datasource(slug: str, dialect: str, env_name: str, *, read_only: bool = True) -> RunDatasource:
+    """A run's datasource as the sandbox spec carries it."""
+    return RunDatasource(
+        slug=slug, name=slug, dialect=dialect, description="", env_name=env_name,
+        read_only=read_only,
+    )  # fmt: skip
 
 
 def test_private_folders_are_made_real_even_where_the_agent_left_a_symlink(tmp_path):
@@ -42,12 +48,11 @@ def test_the_provider_key_and_datasource_urls_are_the_private_variables():
     env = {
         "OPENAI_API_KEY": "sk-1",
         "OPENAI_BASE_URL": "http://model/v1",
-        "PAW_DATASOURCES": json.dumps([{"slug": "shop", "env": "SHOP_DB"}]),
         "SHOP_DB": "postgres://u:pw@db/shop",
         "PAW_DATASOURCE_OTHER_URL": "sqlite:////x.db",
         "MY_TOKEN": "the user's own, for their tools",
     }
-    assert private_variables(env) == {
+    assert private_variables(env, (datasource("shop", "postgresql", "SHOP_DB"),)) == {
         "OPENAI_API_KEY": "sk-1",
         "SHOP_DB": "postgres://u:pw@db/shop",
         "PAW_DATASOURCE_OTHER_URL": "sqlite:////x.db",
@@ -55,19 +60,17 @@ def test_the_provider_key_and_datasource_urls_are_the_private_variables():
 
 
 def test_sqlite_files_are_bound_read_only_unless_the_datasource_may_write(tmp_path):
+    datasources = (
+        datasource("ro", "sqlite", "RO_URL", read_only=True),
+        datasource("rw", "sqlite", "RW_URL", read_only=False),
+        datasource("pg", "postgresql", "PG_URL"),
+    )
     env = {
-        "PAW_DATASOURCES": json.dumps(
-            [
-                {"slug": "ro", "dialect": "sqlite", "env": "RO_URL", "read_only": True},
-                {"slug": "rw", "dialect": "sqlite", "env": "RW_URL", "read_only": False},
-                {"slug": "pg", "dialect": "postgresql", "env": "PG_URL"},
-            ]
-        ),
         "RO_URL": "sqlite:////data/shop%20file.db?mode=ro",
         "RW_URL": "sqlite:////data/rw/notes.db",
         "PG_URL": "postgres://db/x",
     }
-    binds = sqlite_datasource_binds(env)
+    binds = sqlite_datasource_binds(env, datasources)
     assert binds[:3] == ["--ro-bind-try", "/data/shop file.db", "/data/shop file.db"]
     assert "/data/shop file.db-wal" in binds
     assert binds[-3:] == ["--bind-try", "/data/rw", "/data/rw"]

@@ -25,7 +25,7 @@ from sandboxes.network import (
     destination_refusal,
     network_plan,
 )
-from secrets_vault.services import datasource_create
+from secrets_vault.services import RunDatasource, datasource_create
 from tests.conftest import HARNESS, PAW_AGENT, SCRIPTED_API_KEY
 from tests.factories import ConversationFactory
 from tests.pgdatasource import pg_datasource_settings
@@ -34,6 +34,16 @@ from tests.sandboxes.conftest import require_bubblewrap
 from tests.sandboxes.test_run_options import run_to_end, sandbox_command
 
 NOT_ALLOWED = "not allowed for this run"
+
+
+def run_datasource(
+    slug: str, dialect: str, env_name: str, *, allowed_hosts: tuple[str, ...] = ()
+) -> RunDatasource:
+    """A run's datasource as the sandbox spec carries it."""
+    return RunDatasource(
+        slug=slug, name=slug, dialect=dialect, description="", env_name=env_name,
+        read_only=True, allowed_hosts=allowed_hosts,
+    )  # fmt: skip
 
 
 # --- the policy, a pure function --------------------------------------------------------
@@ -97,18 +107,16 @@ def test_the_plan_rewrites_datasource_urls_and_plain_http_endpoints_to_the_relay
     env = {
         "OPENAI_BASE_URL": "https://api.model.test/v1",
         "PAW_EMBEDDING_BASE_URL": "http://10.0.0.9:8080/v1",
-        "PAW_DATASOURCES": json.dumps(
-            [
-                {"slug": "pg", "dialect": "postgresql", "env": "PAW_DATASOURCE_PG_URL"},
-                {"slug": "my", "dialect": "mysql", "env": "PAW_DATASOURCE_MY_URL"},
-                {"slug": "lite", "dialect": "sqlite", "env": "PAW_DATASOURCE_LITE_URL"},
-            ]
-        ),
         "PAW_DATASOURCE_PG_URL": "postgresql://u:p%40ss@db.internal:6543/shop?sslmode=verify-full",
         "PAW_DATASOURCE_MY_URL": "mysql://root:pw@maria.internal/shop?ssl_ca=/x.pem",
         "PAW_DATASOURCE_LITE_URL": "sqlite:////data/x.sqlite3?mode=ro",
     }
-    plan = network_plan(env)
+    datasources = (
+        run_datasource("pg", "postgresql", "PAW_DATASOURCE_PG_URL"),
+        run_datasource("my", "mysql", "PAW_DATASOURCE_MY_URL"),
+        run_datasource("lite", "sqlite", "PAW_DATASOURCE_LITE_URL"),
+    )
+    plan = network_plan(env, datasources)
     assert "OPENAI_BASE_URL" not in plan.env  # unchanged: reached through the proxy
     assert plan.env["HTTPS_PROXY"] == plan.env["https_proxy"] == "http://127.0.0.1:3128"
     forwards = {(f.host, f.port): f.local_port for f in plan.forwards}
@@ -626,11 +634,21 @@ def test_a_datasources_allowed_hosts_open_for_the_runs_that_use_it_only(
 
 def test_the_plan_adds_the_runs_datasource_hosts_to_the_operators_patterns(settings):
     settings.PAW_SANDBOX_ALLOWED_HOSTS = ["pypi.org:443"]
-    plan = network_plan({"PAW_SANDBOX_DATASOURCE_HOSTS": "api.internal:443,*.corp.test"})
+    plan = network_plan(
+        {},
+        (
+            run_datasource(
+                "a", "sqlite", "A_URL", allowed_hosts=("api.internal:443", "*.corp.test")
+            ),
+            run_datasource("b", "sqlite", "B_URL", allowed_hosts=("api.internal:443",)),
+        ),
+    )
     assert plan.policy.patterns == ("pypi.org:443", "api.internal:443", "*.corp.test")
     assert destination_refusal("api.internal", 443, ["10.3.3.3"], plan.policy) is None
     assert destination_refusal("git.corp.test", 22, ["10.3.3.4"], plan.policy) is None
     assert NOT_ALLOWED in destination_refusal("api.internal", 80, ["10.3.3.3"], plan.policy)
     # Metadata addresses stay refused whatever a datasource allows.
-    metadata = network_plan({"PAW_SANDBOX_DATASOURCE_HOSTS": "169.254.169.254"})
+    metadata = network_plan(
+        {}, (run_datasource("m", "sqlite", "M_URL", allowed_hosts=("169.254.169.254",)),)
+    )
     assert "never allowed" in destination_refusal("169.254.169.254", 80, [], metadata.policy)

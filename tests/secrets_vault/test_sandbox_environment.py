@@ -12,6 +12,8 @@ import sys
 import pytest
 
 from paw_project.errors import InvalidRequest
+from sandboxes.launch import datasource_variables
+from sandboxes.network import network_plan
 from secrets_vault.masking import mask_secrets
 from secrets_vault.models import Secret
 from secrets_vault.services import (
@@ -47,7 +49,9 @@ def test_the_users_own_secrets_become_variables_and_global_ones_do_not(alice, bo
     secret_set(name="TEAM_TOKEN", value=shared)
     secret_set(name="BOB_TOKEN", value=bobs, user=bob)
     environment = sandbox_environment(user=alice, datasource_slugs=[])
-    assert environment.env == {"MY_TOKEN": own, "PAW_DATASOURCES": "[]"}
+    assert environment.env == {"MY_TOKEN": own}
+    assert environment.datasources == ()
+    assert datasource_variables(environment.datasources) == {"PAW_DATASOURCES": "[]"}
     assert environment.secret_values == {"MY_TOKEN": own}
     assert own not in repr(environment)
     assert Secret.objects.get(name="MY_TOKEN").last_used_at is not None
@@ -139,7 +143,7 @@ def test_a_sandbox_queries_sqlite_and_postgresql_with_its_urls_and_its_output_is
     )  # fmt: skip
 
     environment = sandbox_environment(user=alice, datasource_slugs=["shop-files", "shop_pg"])
-    described = json.loads(environment.env["PAW_DATASOURCES"])
+    described = json.loads(datasource_variables(environment.datasources)["PAW_DATASOURCES"])
     assert described == [
         {"slug": "shop-files", "name": "Shop file", "dialect": "sqlite",
          "description": "Orders (SQLite)", "env": "PAW_DATASOURCE_SHOP_FILES_URL",
@@ -155,7 +159,11 @@ def test_a_sandbox_queries_sqlite_and_postgresql_with_its_urls_and_its_output_is
 
     result = subprocess.run(
         [sys.executable, "-c", SANDBOX_SCRIPT],
-        env={"PATH": os.environ["PATH"], **environment.env},
+        env={
+            "PATH": os.environ["PATH"],
+            **environment.env,
+            **datasource_variables(environment.datasources),
+        },
         capture_output=True,
         text=True,
         timeout=60,
@@ -180,14 +188,20 @@ def test_a_sandbox_queries_sqlite_and_postgresql_with_its_urls_and_its_output_is
     assert masked["results"]["shop-files"]["url"].startswith("sqlite:///")
 
 
-def test_a_runs_datasources_allowed_hosts_reach_its_sandbox_once_each(alice, sqlite_file):
+def test_a_runs_datasources_allowed_hosts_reach_its_sandbox_once_each(alice, sqlite_file, settings):
     for slug, hosts in (("a", ["api.internal:443", "*.corp.test"]), ("b", ["api.internal:443"])):
         datasource_create(
             slug=slug, name=slug, dialect="sqlite", connection={"database": str(sqlite_file)},
             allowed_hosts=hosts,
         )  # fmt: skip
+    settings.PAW_SANDBOX_ALLOWED_HOSTS = []
     both = sandbox_environment(user=alice, datasource_slugs=["a", "b"])
-    assert both.env["PAW_SANDBOX_DATASOURCE_HOSTS"] == "api.internal:443,*.corp.test"
-    assert "PAW_SANDBOX_DATASOURCE_HOSTS" not in sandbox_environment(
-        user=alice, datasource_slugs=[]
-    ).env
+    assert [d.allowed_hosts for d in both.datasources] == [
+        ("api.internal:443", "*.corp.test"),
+        ("api.internal:443",),
+    ]
+    assert network_plan(both.env, both.datasources).policy.patterns == (
+        "api.internal:443",
+        "*.corp.test",
+    )
+    assert network_plan({}, ()).policy.patterns == ()
