@@ -10,8 +10,8 @@ namespace, all capabilities dropped, and death with its parent. With
 namespace of its own (``--unshare-net``): only what its run needs is reached, through the
 node's forwarder (``sandboxes/network.py``, ``docs/runtime.md``). With
 ``PAW_SANDBOX_ISOLATION=none`` there is no jail, but the runtime still starts under the
-keeper (``sandboxes/keeper.py``), so that no process of the sandbox outlives it (README:
-what each isolation mode guarantees).
+keeper (``sandboxes/keeper.py``), so that no process of the sandbox outlives it (docs/runtime.md,
+Isolation: what each mode guarantees).
 """
 
 from __future__ import annotations
@@ -408,7 +408,7 @@ def isolation_mode() -> str:
             raise IsolationUnavailable(
                 "bubblewrap is not installed, so sandboxes cannot be isolated: install it "
                 "(apt-get install bubblewrap), or set PAW_SANDBOX_ISOLATION=none to run "
-                "them without a jail on purpose (README: isolation modes)"
+                "them without a jail on purpose (docs/runtime.md: Isolation)"
             )
         _warn_no_bwrap()
     if mode == "bwrap" and not shutil.which("bwrap"):

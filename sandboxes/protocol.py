@@ -1,7 +1,7 @@
 """The serve protocol, version 1, from the host's side: parse runtime lines, build ops.
 
 The wire format is fixed by the public ``python-agent-harness`` package (PyPI 1.5.6.6;
-see the project's PROTOCOL notes in the README): one JSON object per line, UTF-8, every
+see the project's docs/runtime.md, "Protocol extensions"): one JSON object per line, UTF-8, every
 line stamped ``"protocol": 1``. Control lines (``ready``, ``pong``, ``hello``, ``error``)
 carry no ``seq``/``run_id``; run lines (``start``, ``delta``, ``notify``, ``log``,
 ``result``) carry ``seq`` (1, 2, 3 … per run) and the ``run_id`` of the submit.
