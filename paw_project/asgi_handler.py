@@ -70,21 +70,22 @@ class ThreadSet:
     def use(self) -> _Lease:
         """An async context manager: the block's thread-sensitive work runs on the least
         busy executor, counted busy until the block ends."""
-        return _Lease(self)
+        # All of this runs on the event loop: no lock.
+        index = min(range(len(self._busy)), key=self._busy.__getitem__)
+        return _Lease(self._busy, index, self._executors[index])
 
 
 class _Lease:
-    """One use of a :class:`ThreadSet`'s executor, as a plain async context manager: an
-    ``asynccontextmanager`` generator closed with the request's coroutine (a server that
-    stops with sockets open lets them be collected) raised "generator didn't stop after
-    athrow()" instead of letting ``GeneratorExit`` through."""
+    """One use of a :class:`ThreadSet`'s executor ``index`` (its count in ``busy``), as a
+    plain async context manager: an ``asynccontextmanager`` generator closed with the
+    request's coroutine (a server that stops with sockets open lets them be collected)
+    raised "generator didn't stop after athrow()" instead of letting ``GeneratorExit``
+    through."""
 
-    def __init__(self, threads: ThreadSet) -> None:
-        busy = threads._busy
+    def __init__(self, busy: list[int], index: int, executor: ThreadPoolExecutor) -> None:
         self._busy = busy
-        # All of this runs on the event loop: no lock.
-        self._index = min(range(len(busy)), key=busy.__getitem__)
-        self._context = ThreadSensitiveContext(executor=threads._executors[self._index])
+        self._index = index
+        self._context = ThreadSensitiveContext(executor=executor)
 
     async def __aenter__(self) -> None:
         self._busy[self._index] += 1

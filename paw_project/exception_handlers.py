@@ -42,9 +42,10 @@ def _flatten(detail: Any) -> str:
 
 
 def _field_messages(detail: Any, prefix: str = "") -> dict[str, list[str]]:
-    """DRF's validation detail as ``{field: [message, ...]}``, one level deep: the errors of
-    a list's items and of a nested object get dotted names (``answers.1``, ``options.x``),
-    so every value is a list of strings, as the API's ``Error`` schema says."""
+    """DRF's validation detail as ``{field: [message, ...]}``, flat at any depth: the errors
+    of a list's items and of a nested object get dotted names (``answers.1``,
+    ``options.x``, ``rows.0.name``), so every value is a list of strings, as the API's
+    ``Error`` schema says; a list's plain messages stay under the list's own name."""
     if isinstance(detail, dict):
         fields: dict[str, list[str]] = {}
         for name, value in detail.items():
