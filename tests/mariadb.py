@@ -26,6 +26,20 @@ DATABASE = os.environ["PAW_TEST_DATABASE_URL"].rsplit("/", 1)[-1] + (
     f"_{os.environ['PYTEST_XDIST_WORKER']}" if os.environ.get("PYTEST_XDIST_WORKER") else ""
 )
 
+#: The hosts a test user is made for, so that it matches whichever way the client reaches
+#: the server (TCP to 127.0.0.1, the socket as localhost, or any).
+USER_HOSTS = ("%", "localhost", "127.0.0.1")
+
+
+def drop_users(*users: str) -> None:
+    """Drop the test users ``users`` at each of :data:`USER_HOSTS` (missing ones are
+    skipped)."""
+    server = _connect(database=None)
+    with contextlib.closing(server), server.cursor() as cursor:
+        for user in users:
+            for host in USER_HOSTS:
+                cursor.execute(f"DROP USER IF EXISTS '{user}'@'{host}'")
+
 
 def _server() -> Any:
     """The session's MariaDB server URL, split (skips the test when there is none)."""
@@ -55,7 +69,7 @@ def _reader_created() -> str:
     server = _connect(database=None)
     with contextlib.closing(server), server.cursor() as cursor:
         cursor.execute(f"CREATE DATABASE IF NOT EXISTS `{DATABASE}`")
-        for host in ("%", "localhost", "127.0.0.1"):
+        for host in USER_HOSTS:
             cursor.execute(f"CREATE USER IF NOT EXISTS '{READER}'@'{host}'")
             cursor.execute(f"GRANT SELECT, SHOW VIEW ON `{DATABASE}`.* TO '{READER}'@'{host}'")
     return READER

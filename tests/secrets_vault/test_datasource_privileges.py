@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 from secrets_vault.models import Datasource
-from tests.mariadb import _connect, mariadb_settings
+from tests.mariadb import USER_HOSTS, _connect, drop_users, mariadb_settings
 from tests.pgdatasource import pg_datasource_settings
 from tests.processes import free_port
 
@@ -164,7 +164,7 @@ def maria_writer(mariadb):
     """A MariaDB user that may read and INSERT on the test database."""
     server = _connect(database=None)
     with contextlib.closing(server), server.cursor() as cursor:
-        for host in ("%", "localhost", "127.0.0.1"):
+        for host in USER_HOSTS:
             cursor.execute(f"CREATE USER IF NOT EXISTS 'paw_test_writer'@'{host}'")
             cursor.execute(
                 f"GRANT SELECT, INSERT ON `{mariadb['database']}`.* TO 'paw_test_writer'@'{host}'"
@@ -240,13 +240,10 @@ def maria_role_users(mariadb):
         "GRANT FILE ON *.* TO paw_test_inner",
         "GRANT paw_test_inner TO paw_test_outer",
     ]
-    for user in users:
-        statements += [
-            f"CREATE USER IF NOT EXISTS '{user}'@'%'",
-            f"CREATE USER IF NOT EXISTS '{user}'@'localhost'",
-            f"CREATE USER IF NOT EXISTS '{user}'@'127.0.0.1'",
-        ]
-    for host in ("%", "localhost", "127.0.0.1"):
+    statements += [
+        f"CREATE USER IF NOT EXISTS '{user}'@'{host}'" for user in users for host in USER_HOSTS
+    ]
+    for host in USER_HOSTS:
         statements += [
             f"GRANT SELECT ON `{database}`.* TO 'paw_test_role_user'@'{host}'",
             f"GRANT paw_test_role TO 'paw_test_role_user'@'{host}'",
@@ -261,11 +258,9 @@ def maria_role_users(mariadb):
         for statement in statements:
             cursor.execute(statement)
     yield {name: {**mariadb, "user": name} for name in users}
+    drop_users(*users)
     server = _connect(database=None)
     with contextlib.closing(server), server.cursor() as cursor:
-        for user in users:
-            for host in ("%", "localhost", "127.0.0.1"):
-                cursor.execute(f"DROP USER IF EXISTS '{user}'@'{host}'")
         for role in ("paw_test_role", "paw_test_outer", "paw_test_inner"):
             cursor.execute(f"DROP ROLE IF EXISTS {role}")
 
@@ -300,16 +295,12 @@ def maria_wide_readers(mariadb):
     server = _connect(database=None)
     with contextlib.closing(server), server.cursor() as cursor:
         for user, privileges in grants.items():
-            for host in ("%", "localhost", "127.0.0.1"):
+            for host in USER_HOSTS:
                 cursor.execute(f"CREATE USER IF NOT EXISTS '{user}'@'{host}'")
                 for privilege in privileges:
                     cursor.execute(f"GRANT {privilege} TO '{user}'@'{host}'")
     yield {name: {**mariadb, "user": name} for name in grants}
-    server = _connect(database=None)
-    with contextlib.closing(server), server.cursor() as cursor:
-        for user in grants:
-            for host in ("%", "localhost", "127.0.0.1"):
-                cursor.execute(f"DROP USER IF EXISTS '{user}'@'{host}'")
+    drop_users(*grants)
 
 
 @pytest.mark.django_db
@@ -340,17 +331,16 @@ def maria_default_role_reader(mariadb):
     with contextlib.closing(server), server.cursor() as cursor:
         cursor.execute("CREATE ROLE IF NOT EXISTS paw_test_read_role")
         cursor.execute(f"GRANT SELECT, SHOW VIEW ON `{database}`.* TO paw_test_read_role")
-        for host in ("%", "localhost", "127.0.0.1"):
+        for host in USER_HOSTS:
             cursor.execute(f"CREATE USER IF NOT EXISTS 'paw_test_default_role'@'{host}'")
             cursor.execute(f"GRANT paw_test_read_role TO 'paw_test_default_role'@'{host}'")
             cursor.execute(
                 f"SET DEFAULT ROLE paw_test_read_role FOR 'paw_test_default_role'@'{host}'"
             )
     yield {**mariadb, "user": "paw_test_default_role"}
+    drop_users("paw_test_default_role")
     server = _connect(database=None)
     with contextlib.closing(server), server.cursor() as cursor:
-        for host in ("%", "localhost", "127.0.0.1"):
-            cursor.execute(f"DROP USER IF EXISTS 'paw_test_default_role'@'{host}'")
         cursor.execute("DROP ROLE IF EXISTS paw_test_read_role")
 
 
