@@ -391,6 +391,12 @@ def _bearer_failures_forgotten() -> None:
 
 
 @pytest.fixture
+def registration_open(settings) -> None:
+    """Self-service sign-up open (closed by default outside the embedded mode)."""
+    settings.PAW_ALLOW_REGISTRATION = True
+
+
+@pytest.fixture
 def reset_throttles():
     """Forget the per-IP auth throttle counter of the test client's 127.0.0.1, before and
     after the test. Only that counter is removed: the shared Redis database also holds the
