@@ -1,0 +1,66 @@
+"""Reads of the audit: the SQL statements recorded, filtered as the admin and the staff
+API ask, and the teams a user is in (what a new row copies)."""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+
+from django.contrib.auth.models import Group
+from django.db.models import Exists, OuterRef, Q, QuerySet
+
+from audit.models import SqlStatement, SqlStatementTeam
+
+
+def sql_statement_list(
+    *,
+    user: str | None = None,
+    team: str | None = None,
+    datasource: str | None = None,
+    since: datetime.datetime | None = None,
+    until: datetime.datetime | None = None,
+) -> QuerySet[SqlStatement]:
+    """The recorded statements, newest first (``time``, then ``id``), with their teams
+    prefetched. Each filter narrows them when given: ``user`` a username or a user id
+    (as recorded: a user deleted since is still found by name), ``team`` a team's id or
+    name (as recorded: the user was in it at the time), ``datasource`` a slug, ``since``
+    and ``until`` aware datetimes, both included."""
+    rows = SqlStatement.objects.all()
+    if user:
+        match = Q(username=user)
+        if user.isdigit():
+            match |= Q(user_id=int(user))
+        rows = rows.filter(match)
+    if team:
+        match = Q(team_id=int(team)) if team.isdigit() else Q(name=team)
+        rows = rows.filter(
+            Exists(SqlStatementTeam.objects.filter(match, statement_id=OuterRef("pk")))
+        )
+    if datasource:
+        rows = rows.filter(datasource=datasource)
+    if since is not None:
+        rows = rows.filter(time__gte=since)
+    if until is not None:
+        rows = rows.filter(time__lte=until)
+    return rows.order_by("-time", "-id").prefetch_related("teams")
+
+
+def sql_statement_recorded(*, run_id: uuid.UUID, ordinal: int) -> bool:
+    """Whether the ``ordinal``-th statement of run ``run_id`` is recorded already."""
+    return SqlStatement.objects.filter(run_id=run_id, ordinal=ordinal).exists()
+
+
+def approval_ids_recorded(*, run_id: uuid.UUID) -> set[uuid.UUID]:
+    """The approvals the recorded statements of run ``run_id`` name (each confirm allows
+    one statement, so one already named is not another's)."""
+    return set(
+        SqlStatement.objects.filter(run_id=run_id, approval_id__isnull=False).values_list(
+            "approval_id", flat=True
+        )
+    )
+
+
+def team_memberships(*, user_id: int) -> list[tuple[int, str]]:
+    """``[(team id, name), ...]`` of the teams (``auth.Group``) user ``user_id`` is a
+    member of now, by name."""
+    return list(Group.objects.filter(user__id=user_id).order_by("name").values_list("id", "name"))
