@@ -22,10 +22,10 @@ class SqlStatement(models.Model):
     unique, so a batch stored again (a retried transaction) records nothing twice.
     ``statement``: as masked for storage (a secret's value is ``[secret:NAME]``).
     ``kind``: ``read`` or ``write``, judged by PAW (``paw_sqlcheck``, the rule ``run_sql``
-    applies) on the datasource's dialect. ``approval_id``, ``approved_by``,
-    ``approved_via``: the confirm that allowed the call (a write), who decided it and how
+    applies) on the datasource's dialect. ``approval_id``: the confirm that named the call
+    (a write), approved or not; ``approved_by``, ``approved_via``: who approved it and how
     (``user``: that person; ``auto``: the conversation's auto-approve, ``approved_by``
-    then its owner). ``outcome``: ``ok``, or an error code (``database_error``,
+    then its owner), empty when nobody did. ``outcome``: ``ok``, or an error code (``database_error``,
     ``timeout``, ``connect_failed``, ``declined``, ``refused``, ``interrupted`` …:
     docs/data.md). ``row_count``: rows returned (a read, counted up to 100,000) or changed
     (a write), ``None`` when unknown. ``duration_ms``: how long the statement took, as the
@@ -63,7 +63,9 @@ class SqlStatement(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.kind} on {self.datasource} by {self.username} at {self.time:%Y-%m-%d %H:%M:%S}"
+        return (
+            f"{self.kind} on {self.datasource} by {self.username} at {self.time:%Y-%m-%d %H:%M:%S}"
+        )
 
 
 class SqlStatementTeam(models.Model):

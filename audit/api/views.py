@@ -62,7 +62,9 @@ class AuditStatementOutput(serializers.Serializer):
         help_text="`user` (that person) or `auto` (the conversation's auto-approve, by its "
         "owner), else `null`.",
     )
-    approval_id = serializers.UUIDField(allow_null=True, help_text="The confirm that allowed it.")
+    approval_id = serializers.UUIDField(
+        allow_null=True, help_text="The confirm that named the call (approved or not), else `null`."
+    )
     outcome = serializers.CharField(
         help_text="`ok`, or an error code: `database_error`, `timeout`, `connect_failed`, "
         "`declined`, `refused`, `interrupted` …"

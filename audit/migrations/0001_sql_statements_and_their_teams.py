@@ -6,7 +6,6 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
@@ -15,45 +14,74 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name='SqlStatement',
+            name="SqlStatement",
             fields=[
-                ('id', models.BigAutoField(primary_key=True, serialize=False)),
-                ('time', models.DateTimeField(db_index=True)),
-                ('username', models.CharField(db_index=True, max_length=150)),
-                ('datasource', models.CharField(db_index=True, help_text='Its slug.', max_length=100)),
-                ('conversation_id', models.UUIDField(db_index=True)),
-                ('run_id', models.UUIDField()),
-                ('ordinal', models.PositiveIntegerField()),
-                ('statement', models.TextField()),
-                ('kind', models.CharField(choices=[('read', 'Read'), ('write', 'Write')], max_length=8)),
-                ('approval_id', models.UUIDField(blank=True, null=True)),
-                ('approved_by', models.CharField(blank=True, default='', max_length=150)),
-                ('approved_via', models.CharField(blank=True, default='', max_length=16)),
-                ('outcome', models.CharField(max_length=64)),
-                ('row_count', models.BigIntegerField(blank=True, null=True)),
-                ('duration_ms', models.BigIntegerField(blank=True, null=True)),
-                ('user', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                ("time", models.DateTimeField(db_index=True)),
+                ("username", models.CharField(db_index=True, max_length=150)),
+                (
+                    "datasource",
+                    models.CharField(db_index=True, help_text="Its slug.", max_length=100),
+                ),
+                ("conversation_id", models.UUIDField(db_index=True)),
+                ("run_id", models.UUIDField()),
+                ("ordinal", models.PositiveIntegerField()),
+                ("statement", models.TextField()),
+                (
+                    "kind",
+                    models.CharField(choices=[("read", "Read"), ("write", "Write")], max_length=8),
+                ),
+                ("approval_id", models.UUIDField(blank=True, null=True)),
+                ("approved_by", models.CharField(blank=True, default="", max_length=150)),
+                ("approved_via", models.CharField(blank=True, default="", max_length=16)),
+                ("outcome", models.CharField(max_length=64)),
+                ("row_count", models.BigIntegerField(blank=True, null=True)),
+                ("duration_ms", models.BigIntegerField(blank=True, null=True)),
+                (
+                    "user",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'SQL statement',
-                'ordering': ('-time', '-id'),
+                "verbose_name": "SQL statement",
+                "ordering": ("-time", "-id"),
             },
         ),
         migrations.CreateModel(
-            name='SqlStatementTeam',
+            name="SqlStatementTeam",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('team_id', models.IntegerField(db_index=True)),
-                ('name', models.CharField(max_length=150)),
-                ('statement', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='teams', to='audit.sqlstatement')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("team_id", models.IntegerField(db_index=True)),
+                ("name", models.CharField(max_length=150)),
+                (
+                    "statement",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="teams",
+                        to="audit.sqlstatement",
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'team of a SQL statement',
-                'ordering': ('name',),
+                "verbose_name": "team of a SQL statement",
+                "ordering": ("name",),
             },
         ),
         migrations.AddConstraint(
-            model_name='sqlstatement',
-            constraint=models.UniqueConstraint(fields=('run_id', 'ordinal'), name='audit_statement_once'),
+            model_name="sqlstatement",
+            constraint=models.UniqueConstraint(
+                fields=("run_id", "ordinal"), name="audit_statement_once"
+            ),
         ),
     ]

@@ -5,6 +5,7 @@ knowledge: ``secrets_vault.api.knowledge``)."""
 from __future__ import annotations
 
 from django.contrib.auth import get_user_model
+from django.db import transaction
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.permissions import IsAdminUser
@@ -12,6 +13,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from audit.services import operator_write_log
 from paw_project.api import JsonTypedSerializer, list_output
 from paw_project.errors import InvalidRequest, NotFound
 from secrets_vault.models import Datasource, Secret
@@ -96,6 +98,7 @@ class AdminSecretListApi(APIView):
             value=values["value"],
             description=values.get("description", ""),
         )
+        operator_write_log(request=request, obj=secret, action="add")
         return Response(AdminSecretOutput(secret).data, status=status.HTTP_201_CREATED)
 
 
@@ -120,11 +123,17 @@ class AdminSecretDetailApi(APIView):
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         secret = secret_update(secret=_secret_or_404(secret_id), **data.validated_data)
+        operator_write_log(
+            request=request, obj=secret, action="change", fields=sorted(data.validated_data)
+        )
         return Response(AdminSecretOutput(secret).data)
 
     @extend_schema(responses={204: None})
     def delete(self, request: Request, secret_id: int) -> Response:
-        secret_delete(secret=_secret_or_404(secret_id))
+        secret = _secret_or_404(secret_id)
+        with transaction.atomic():
+            operator_write_log(request=request, obj=secret, action="delete")
+            secret_delete(secret=secret)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -211,6 +220,7 @@ class AdminDatasourceListApi(APIView):
         data = AdminDatasourceInput(data=request.data)
         data.is_valid(raise_exception=True)
         datasource = datasource_create(**data.validated_data)
+        operator_write_log(request=request, obj=datasource, action="add")
         return Response(AdminDatasourceOutput(datasource).data, status=status.HTTP_201_CREATED)
 
 
@@ -228,11 +238,17 @@ class AdminDatasourceDetailApi(APIView):
         data = AdminDatasourceInput(data=request.data, partial=True)
         data.is_valid(raise_exception=True)
         datasource = datasource_update(datasource=datasource_or_404(slug), **data.validated_data)
+        operator_write_log(
+            request=request, obj=datasource, action="change", fields=sorted(data.validated_data)
+        )
         return Response(AdminDatasourceOutput(datasource).data)
 
     @extend_schema(responses={204: None})
     def delete(self, request: Request, slug: str) -> Response:
-        datasource_delete(datasource=datasource_or_404(slug))
+        datasource = datasource_or_404(slug)
+        with transaction.atomic():
+            operator_write_log(request=request, obj=datasource, action="delete")
+            datasource_delete(datasource=datasource)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
