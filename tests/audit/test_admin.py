@@ -40,7 +40,7 @@ def audit(user, other_user):
             statement='=HYPERLINK("http://evil")',
             outcome="database_error",
             row_count=None,
-        ),  # fmt: skip
+        ),
         "m1": recorded(other_user, time="2026-12-03T12:00", statement="SELECT 'm1'"),
     }
 
