@@ -15,7 +15,7 @@ from typing import Any
 
 from django.contrib import admin
 from django.contrib.admin.options import IncorrectLookupParameters
-from django.db.models import Exists, OuterRef, QuerySet
+from django.db.models import QuerySet
 from django.http import (
     HttpRequest,
     HttpResponse,
@@ -26,6 +26,7 @@ from django.urls import path
 from django.utils import timezone
 
 from audit.models import SqlStatement, SqlStatementTeam
+from audit.selectors import sql_statements_filter
 from paw_project.adminkit import PawModelAdmin
 
 #: The CSV's columns, in order (the staff API's fields, teams as names joined by ``;``).
@@ -95,12 +96,7 @@ class TeamFilter(admin.SimpleListFilter):
         return [(str(team_id), name) for team_id, name in teams]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
-        value = self.value()
-        if not value or not value.isdigit():
-            return queryset
-        return queryset.filter(
-            Exists(SqlStatementTeam.objects.filter(team_id=int(value), statement_id=OuterRef("pk")))
-        )
+        return sql_statements_filter(queryset, team=self.value())
 
 
 class SqlStatementTeamInline(admin.TabularInline):

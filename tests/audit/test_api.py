@@ -133,3 +133,17 @@ def test_since_after_until_is_invalid_range(staff, audit):
 def test_only_staff_read_the_audit(api, audit):
     assert api.get(URL).status_code == 403
     assert api_client_for(None).get(URL).status_code == 401
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        {"team": "9" * 30},
+        {"user": "9" * 30},
+        {"team": "²"},
+        {"user": "٣"},
+        {"datasource": "x" * 100},
+    ],
+)
+def test_an_id_out_of_range_or_not_ascii_matches_nothing(staff, audit, query):
+    assert ids(staff.get(URL, query)) == []
