@@ -8,6 +8,7 @@ import sqlite3
 
 import pytest
 from django.contrib.admin.models import ADDITION, CHANGE, DELETION, LogEntry
+from django.test import Client
 
 from secrets_vault.models import Datasource, KnowledgeEntry, Secret
 from tests.conftest import api_client_for
@@ -110,3 +111,23 @@ def test_a_refused_write_logs_nothing(root, api):
         == 403
     )
     assert LogEntry.objects.count() == 0
+
+
+def test_the_admins_refresh_schema_action_is_in_the_admin_log(make_user, tmp_path):
+    path = tmp_path / "shop.sqlite3"
+    sqlite3.connect(path).close()
+    datasource = Datasource.objects.create(
+        slug="shop", name="Shop", dialect="sqlite", connection={"database": str(path)}
+    )
+    client = Client()
+    root = make_user("boss", is_staff=True, is_superuser=True)
+    client.force_login(root)
+    response = client.post(
+        "/admin/secrets_vault/datasource/",
+        {"action": "refresh_schema", "_selected_action": [datasource.pk]},
+    )
+    assert response.status_code == 302
+    [entry] = LogEntry.objects.all()
+    assert (entry.user_id, entry.object_id, entry.action_flag, entry.change_message) == (
+        root.pk, str(datasource.pk), CHANGE, "Schema refresh requested.",
+    )  # fmt: skip
