@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime
 import re
 import sqlite3
+import time
 
 import pytest
 from django.contrib.auth.models import Group
@@ -17,6 +18,7 @@ from conversations.models import Approval, Conversation, RunEvent
 from secrets_vault.services import datasource_create
 from tests.conftest import SCRIPTED_API_KEY, api_client_for
 from tests.live import wait_for
+from tests.pgdatasource import pg_datasource_settings
 from tests.secrets_vault.conftest import secret_value
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -219,3 +221,90 @@ def test_an_auto_approved_write_names_the_conversations_owner(
     [row] = SqlStatement.objects.filter(run_id=run["id"])
     assert (row.kind, row.outcome, row.row_count) == ("write", "ok", 2)
     assert (row.approved_by, row.approved_via) == ("alice", "auto")
+
+
+def test_a_statement_cut_short_by_a_cancel_is_recorded_interrupted(
+    api, celery_worker, scripted_model
+):
+    datasource_create(
+        slug="pg", name="PG", dialect="postgresql", connection=pg_datasource_settings()
+    )
+    prompt = "Audit me: count to three hundred million"
+    slow = "SELECT count(*) FROM generate_series(1, 300000000) AS g"
+    scripted_model.load(
+        {
+            "api_key": SCRIPTED_API_KEY,
+            "untooled": "Count",
+            "rules": [
+                {"match": re.escape(prompt), "responses": [sql("pg", slow), {"text": "Hm."}]}
+            ],
+        }
+    )
+    conversation = api.post("/api/conversations", {"title": "Count"}, format="json").json()
+    base = f"/api/conversations/{conversation['id']}"
+    run_id = api.post(
+        f"{base}/runs", {"prompt": prompt, "datasources": ["pg"]}, format="json"
+    ).json()["id"]
+    wait_for(
+        lambda: RunEvent.objects.filter(run_id=run_id, kind="tool_running").exists(),
+        what="the statement to be sent",
+    )
+    time.sleep(0.5)
+    assert api.post(f"{base}/runs/{run_id}/cancel").status_code == 202
+    run = wait_for(
+        lambda: (
+            (r := api.get(f"{base}/runs/{run_id}").json())["status"]
+            in ("done", "error", "cancelled")
+            and r
+        ),
+        timeout=60,
+        what="the run to end",
+    )
+    assert run["status"] == "cancelled", run["errors"]
+    [row] = SqlStatement.objects.filter(run_id=run_id)
+    assert (row.statement, row.kind, row.outcome, row.row_count) == (
+        slow,
+        "read",
+        "interrupted",
+        None,
+    )
+
+
+def test_a_write_refused_on_a_read_only_datasource_is_recorded_refused(
+    api, celery_worker, scripted_model, tmp_path
+):
+    path = tmp_path / "ro.sqlite3"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY)")
+    datasource_create(
+        slug="ro", name="Read only", dialect="sqlite", read_only=True,
+        connection={"database": str(path)},
+    )  # fmt: skip
+    prompt = "Audit me: delete the orders of a read-only datasource"
+    scripted_model.load(
+        {
+            "api_key": SCRIPTED_API_KEY,
+            "untooled": "Ro",
+            "rules": [
+                {
+                    "match": re.escape(prompt),
+                    "responses": [sql("ro", "DELETE FROM orders"), {"text": "No."}],
+                }
+            ],
+        }
+    )
+    conversation = api.post("/api/conversations", {"title": "Ro"}, format="json").json()
+    base = f"/api/conversations/{conversation['id']}"
+    run_id = api.post(
+        f"{base}/runs", {"prompt": prompt, "datasources": ["ro"]}, format="json"
+    ).json()["id"]
+    run = wait_for(
+        lambda: (r := api.get(f"{base}/runs/{run_id}").json())["status"] in ("done", "error") and r,
+        timeout=60,
+        what="the run to end",
+    )
+    assert run["status"] == "done", run["errors"]
+    [row] = SqlStatement.objects.filter(run_id=run_id)
+    assert (row.kind, row.outcome, row.row_count, row.duration_ms, row.approval_id) == (
+        "write", "refused", None, None, None,
+    )  # fmt: skip
