@@ -20,6 +20,7 @@ from tests.conftest import SCRIPTED_API_KEY, api_client_for
 from tests.live import wait_for
 from tests.pgdatasource import pg_datasource_settings
 from tests.secrets_vault.conftest import secret_value
+from tests.secrets_vault.leak_scan import record_stored_runtime_output
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -112,8 +113,10 @@ def test_a_read_an_approved_write_and_a_failing_statement_are_each_recorded_once
         (3, "read", "database_error", None),
     ]
     read, write, broken = rows
-    # Masked as every stored line is: the secret's value never reaches the audit.
+    # Masked as every stored line is: the secret's value never reaches the audit (nor
+    # any other stored column: the suite's secret scan reads them all).
     assert read.statement == READ.format(token="[secret:MY_TOKEN]")
+    assert record_stored_runtime_output() > 0
     assert write.statement == WRITE and broken.statement == BROKEN
     approval = Approval.objects.get(run_id=run["id"])
     assert (write.approval_id, write.approved_by, write.approved_via) == (
