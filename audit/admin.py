@@ -3,7 +3,7 @@ date) and a CSV export (of the selected rows: an action; of every filtered row: 
 as CSV* on the list, ``/admin/audit/sqlstatement/export.csv?<the list's filters>``).
 
 The operators' own writes are in Django's admin log (``LogEntry``): the admin records
-its writes there, and the REST operator views too (``audit.services.operator_write_log``).
+its writes there, and the REST operator views too (``paw_project.adminkit.operator_write_log``).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Reads of the audit: the SQL statements recorded, filtered as the admin and the staff
-API ask, and the teams a user is in (what a new row copies)."""
+API ask."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import datetime
 import uuid
 from typing import Any
 
-from django.contrib.auth.models import Group
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from audit.models import SqlStatement, SqlStatementTeam
@@ -75,9 +74,3 @@ def approval_ids_recorded(*, run_id: uuid.UUID) -> set[uuid.UUID]:
             "approval_id", flat=True
         )
     )
-
-
-def team_memberships(*, user_id: int) -> list[tuple[int, str]]:
-    """``[(team id, name), ...]`` of the teams (``auth.Group``) user ``user_id`` is a
-    member of now, by name."""
-    return list(Group.objects.filter(user__id=user_id).order_by("name").values_list("id", "name"))

@@ -1,6 +1,6 @@
 """Writes of the audit: a SQL statement a run sent (called by the domain's run effects,
-inside the node's transaction), an operator's write over the REST API (into Django's
-admin log, where the admin's own writes are), and the retention.
+inside the node's transaction), and the retention (of those rows and of Django's admin
+log, where operators' writes are: ``paw_project.adminkit.operator_write_log``).
 
 Append only: nothing here changes a recorded row; :func:`audit_prune` removes rows older
 than ``PAW_AUDIT_RETENTION_DAYS``.
@@ -11,17 +11,16 @@ from __future__ import annotations
 import datetime
 import logging
 import uuid
-from collections.abc import Iterable
-from typing import Any, Literal
 
 from django.conf import settings
-from django.contrib.admin.models import ADDITION, CHANGE, DELETION, LogEntry
+from django.contrib.admin.models import LogEntry
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from audit.models import SqlStatement, SqlStatementTeam
-from audit.selectors import sql_statement_recorded, team_memberships
+from audit.selectors import sql_statement_recorded
+from teams.selectors import user_teams
 
 logger = logging.getLogger(__name__)
 
@@ -29,9 +28,6 @@ logger = logging.getLogger(__name__)
 MAX_STATEMENT_CHARS = 100_000
 #: Rows :func:`audit_prune` deletes per statement (short transactions on a large table).
 PRUNE_CHUNK = 5000
-
-_FLAGS = {"add": ADDITION, "change": CHANGE, "delete": DELETION}
-_VERBS = {"add": "Added", "change": "Changed", "delete": "Deleted"}
 
 
 def sql_statement_record(
@@ -53,7 +49,7 @@ def sql_statement_record(
 ) -> SqlStatement | None:
     """Record the ``ordinal``-th SQL statement (1, 2 …) of run ``run_id``, sent at
     ``time`` by user ``user_id`` to datasource ``datasource`` (a slug), with the teams
-    the user is in now (:func:`~audit.selectors.team_memberships`, copied). ``statement``
+    the user is in now (``teams.selectors.user_teams``: ids and names, copied). ``statement``
     is already masked; it is cut at :data:`MAX_STATEMENT_CHARS`. Its ``kind`` (``read``
     or ``write``) is judged here by ``paw_sqlcheck`` for ``dialect`` (``None``, a
     datasource PAW does not know: a ``write``, as anything not known to be a read).
@@ -70,7 +66,7 @@ def sql_statement_record(
     read = dialect is not None and judge(statement, dialect=dialect).read
     if len(statement) > MAX_STATEMENT_CHARS:
         statement = statement[: MAX_STATEMENT_CHARS - 1] + "…"
-    user = get_user_model().objects.filter(pk=user_id).only("username").first()
+    user = get_user_model().objects.filter(pk=user_id).first()
     try:
         with transaction.atomic():  # a savepoint: a lost race leaves the batch intact
             row = SqlStatement.objects.create(
@@ -93,41 +89,10 @@ def sql_statement_record(
     except IntegrityError:  # recorded meanwhile by another writer
         return None
     SqlStatementTeam.objects.bulk_create(
-        SqlStatementTeam(statement=row, team_id=team_id, name=name)
-        for team_id, name in team_memberships(user_id=user_id)
+        SqlStatementTeam(statement=row, team_id=team.pk, name=team.name)
+        for team in user_teams(user)
     )
     return row
-
-
-def operator_write_log(
-    *,
-    request: Any,
-    obj: Any,
-    action: Literal["add", "change", "delete"],
-    fields: Iterable[str] = (),
-    note: str = "",
-) -> LogEntry:
-    """Record an operator's write made over the REST API (``/api/admin/...``) in Django's
-    admin log (``LogEntry``), where the admin records its own: by ``request.user``, of
-    model instance ``obj`` (its content type, pk and ``str``), ``action`` one of ``add``,
-    ``change``, ``delete``. The message says what and how, never a value: "Changed
-    value, description over the REST API (PATCH /api/admin/secrets/3)." (``fields``: the
-    names of the fields given; ``note``: a few words more, e.g. "schema refresh
-    requested"). For a delete, call it before deleting (``obj`` still has its pk), in
-    the same transaction. Returns the entry."""
-    words = _VERBS[action]
-    if fields:
-        words += " " + ", ".join(fields)
-    if note:
-        words += f" ({note})" if fields else f": {note}"
-    message = f"{words} over the REST API ({request.method} {request.path})."
-    return LogEntry.objects.log_actions(
-        user_id=request.user.pk,
-        queryset=[obj],
-        action_flag=_FLAGS[action],
-        change_message=message,
-        single_object=True,
-    )
 
 
 def audit_prune(*, now: datetime.datetime | None = None) -> dict[str, int]:

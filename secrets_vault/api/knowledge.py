@@ -12,7 +12,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from audit.services import operator_write_log
+from paw_project.adminkit import operator_write_log
 from paw_project.api import StrictSerializer, error_responses, paginated_response
 from paw_project.errors import InvalidRequest, NotFound
 from secrets_vault.api.operators import AdminDatasourceOutput, datasource_or_404

@@ -13,7 +13,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from audit.services import operator_write_log
+from paw_project.adminkit import operator_write_log
 from paw_project.api import JsonTypedSerializer, list_output
 from paw_project.errors import InvalidRequest, NotFound
 from secrets_vault.models import Datasource, Secret

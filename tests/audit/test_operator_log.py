@@ -131,3 +131,25 @@ def test_the_admins_refresh_schema_action_is_in_the_admin_log(make_user, tmp_pat
     assert (entry.user_id, entry.object_id, entry.action_flag, entry.change_message) == (
         root.pk, str(datasource.pk), CHANGE, "Schema refresh requested.",
     )  # fmt: skip
+
+
+def test_team_writes_over_rest_are_in_the_admin_log(root, user):
+    staff = api_client_for(root)
+    created = staff.post(
+        "/api/admin/teams", {"name": "analysts", "members": ["alice"]}, format="json"
+    )
+    assert created.status_code == 201, created.json()
+    path = f"/api/admin/teams/{created.json()['id']}"
+    assert (
+        staff.patch(path, {"name": "analysts-eu", "members": []}, format="json").status_code == 200
+    )
+    assert staff.delete(path).status_code == 204
+    tid = str(created.json()["id"])
+    assert entries() == [
+        ("team", tid, ADDITION, "Added over the REST API (POST /api/admin/teams)."),
+        ("team", tid, CHANGE, f"Changed members, name over the REST API (PATCH {path})."),
+        ("team", tid, DELETION, f"Deleted over the REST API (DELETE {path})."),
+    ]
+    assert [e.object_repr for e in LogEntry.objects.order_by("id")] == [
+        "analysts", "analysts-eu", "analysts-eu",
+    ]  # fmt: skip
