@@ -482,6 +482,12 @@ for _name in (
         )
 # Open self-service sign-up at POST /api/auth/register; operators can close it.
 PAW_ALLOW_REGISTRATION = env.bool("PAW_ALLOW_REGISTRATION", default=True)
+# The widest audience a shared conversation may have (conversations.selectors.shares):
+# "off" (no sharing; every share stops working), "teams" (the owner's teams only: shares
+# for every signed-in person stop working) or "signed_in" (every signed-in person).
+PAW_SHARING = env.str("PAW_SHARING", default="signed_in").strip().lower()
+if PAW_SHARING not in ("off", "teams", "signed_in"):
+    raise ImproperlyConfigured(f"PAW_SHARING={PAW_SHARING!r}: use off, teams or signed_in.")
 if DEBUG:
     REST_FRAMEWORK["DEFAULT_RENDERER_CLASSES"].append(
         "rest_framework.renderers.BrowsableAPIRenderer"
