@@ -127,4 +127,6 @@ def shared(request: HttpRequest, share_id: UUID) -> HttpResponse:
 def shared_by_me(request: HttpRequest) -> HttpResponse:
     """``/shares/``: *Shared by me*, the person's shares across their conversations, to
     update or stop each (the list is read from ``GET /api/shares``)."""
-    return render(request, "conversations/shared_by_me.html", {"config": {}})
+    return render(
+        request, "conversations/shared_by_me.html", {"config": {"sharing": sharing_config(request)}}
+    )
