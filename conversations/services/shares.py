@@ -18,6 +18,8 @@ Bounded work: a snapshot copies at most :data:`SHARE_MAX_FILES` files, each at m
 
 from __future__ import annotations
 
+import codecs
+import hashlib
 import shutil
 import uuid
 from dataclasses import dataclass, field
@@ -58,7 +60,8 @@ from conversations.services.workspaces import (
     workspace_remove,
 )
 from paw_project.errors import Forbidden, InvalidRequest
-from secrets_vault.services import datasources_available
+from secrets_vault.masking import StreamMasker, mask_text
+from secrets_vault.services import datasources_available, stored_secret_values
 
 #: Shares one conversation may have at once.
 MAX_SHARES_PER_CONVERSATION = 20
@@ -70,6 +73,8 @@ SHARE_MAX_FILES = 1000
 SHARE_MAX_FILES_BYTES = 256 * 1024 * 1024
 #: Bytes copied at a time.
 COPY_BYTES = 256 * 1024
+#: Bytes of a file's start that tell text (masked) from binary.
+SNIFF_BYTES = 8192
 #: Events (and runs, approvals) a fork writes at a time.
 CHUNK_EVENTS = 500
 #: Left out: keep the share's expiry as it is (``share_update``).
@@ -143,17 +148,96 @@ class _Snapshot:
     files_left_out: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _copy_stream(source: IO[bytes], target: Path) -> None:
-    """Copy ``source`` into a new file at ``target`` (its folders made, mode 0700)."""
-    target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    with source, open(target, "xb") as out:
-        shutil.copyfileobj(source, out, COPY_BYTES)
+class _Hashing:
+    """A file written through, its bytes counted and hashed (SHA-256)."""
+
+    def __init__(self, out: IO[bytes]) -> None:
+        self.out, self.size, self.digest = out, 0, hashlib.sha256()
+
+    def write(self, data: bytes) -> None:
+        self.out.write(data)
+        self.size += len(data)
+        self.digest.update(data)
+
+
+def _is_text(source: IO[bytes]) -> bool:
+    """Whether ``source`` starts as UTF-8 text without NUL bytes (then it is masked as
+    text); it is read back to its start."""
+    head = source.read(SNIFF_BYTES)
+    source.seek(0)
+    if b"\0" in head:
+        return False
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _copy_masked(source: IO[bytes], out: _Hashing, secret_values: dict[str, str]) -> bool:
+    """Copy the text of ``source`` with every secret value masked (``[secret:NAME]``,
+    as in events); ``False`` when it turns out not to be UTF-8 after all."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    masker = StreamMasker(secret_values)
+    try:
+        while chunk := source.read(COPY_BYTES):
+            out.write(masker.feed(decoder.decode(chunk)).encode())
+        out.write((masker.feed(decoder.decode(b"", final=True)) + masker.flush()).encode())
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _holds_a_secret(source: IO[bytes], secret_values: dict[str, str]) -> bool:
+    """Whether the bytes of ``source`` hold a secret value (or one of its masked forms)
+    as UTF-8; read in chunks that overlap by the longest value, then back to its start."""
+    values = {name: value.encode().decode("latin-1") for name, value in secret_values.items()}
+    overlap = max((len(v) for v in values.values()), default=0) * 4
+    tail = ""
+    try:
+        while chunk := source.read(COPY_BYTES):
+            window = tail + chunk.decode("latin-1")
+            if mask_text(window, values) != window:
+                return True
+            tail = window[-overlap:] if overlap else ""
+        return False
+    finally:
+        source.seek(0)
+
+
+def _copy_stream(
+    source: IO[bytes], target: Path, secret_values: dict[str, str] | None = None
+) -> tuple[int, str] | None:
+    """Copy ``source`` into a new file at ``target`` (its folders made, mode 0700):
+    text masked with ``secret_values``; a binary file that holds one of them is not
+    copied (``None``). Returns ``(size, sha256)`` of what was written."""
+    with source:
+        if secret_values and not _is_text(source) and _holds_a_secret(source, secret_values):
+            return None
+        target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with open(target, "xb") as file:
+            out = _Hashing(file)
+            if secret_values and _is_text(source):
+                if _copy_masked(source, out, secret_values):
+                    return out.size, out.digest.hexdigest()
+                source.seek(0)
+                file.seek(0)
+                file.truncate()
+                out = _Hashing(file)
+                if _holds_a_secret(source, secret_values):
+                    file.close()
+                    target.unlink()
+                    return None
+            while chunk := source.read(COPY_BYTES):
+                out.write(chunk)
+            return out.size, out.digest.hexdigest()
 
 
 def _snapshot_files(conversation: Conversation, folder: Path) -> tuple[list, list]:
     """Copy the conversation's workspace files (not the runtime's private dot-folders)
     into ``folder``, within the limits. Returns ``(files, files_left_out)``."""
     made = {a.path for a in artifact_list(user=conversation.user, conversation_id=conversation.id)}
+    secret_values = stored_secret_values(user=conversation.user)
     uploads = {f.name: f for f in ConversationFile.objects.filter(conversation=conversation)}
     files: list[dict[str, Any]] = []
     left_out: list[dict[str, Any]] = []
@@ -170,16 +254,15 @@ def _snapshot_files(conversation: Conversation, folder: Path) -> tuple[list, lis
         if opened is None:
             left_out.append({"path": entry.path, "size": entry.size, "reason": reason or "gone"})
             continue
-        source, size = opened
-        _copy_stream(source, folder / PurePosixPath(entry.path))
+        source, _ = opened
+        copied = _copy_stream(source, folder / PurePosixPath(entry.path), secret_values)
+        if copied is None:
+            left_out.append({"path": entry.path, "size": entry.size, "reason": "holds a secret"})
+            continue
+        size, sha256 = copied
         upload = uploads.get(entry.path) if entry.path not in made else None
         files.append(
-            {
-                "path": entry.path,
-                "size": size,
-                "upload": upload is not None,
-                "sha256": upload.sha256 if upload else "",
-            }
+            {"path": entry.path, "size": size, "upload": upload is not None, "sha256": sha256}
         )
         used += size
     return files, left_out
@@ -440,15 +523,15 @@ def _fork_files(share: Share, conversation: Conversation) -> int:
         opened = share_file_open(share.id, share.snapshot, path)
         if opened is None:
             continue
-        source, size = opened
-        _copy_stream(source, root / PurePosixPath(path))
+        source, _ = opened
+        size, sha256 = _copy_stream(source, root / PurePosixPath(path)) or (0, "")
         copied += 1
         if entry.get("upload"):
             ConversationFile.objects.create(
                 conversation=conversation,
                 name=path,
                 size=size,
-                sha256=entry.get("sha256", ""),
+                sha256=sha256,
                 content_type=content_type_for(path),
             )
     return copied

@@ -6,6 +6,8 @@ keeps only the datasources the viewer may use."""
 
 from __future__ import annotations
 
+import hashlib
+import uuid
 from datetime import timedelta
 
 import pytest
@@ -19,6 +21,7 @@ from conversations.services.runs import run_start
 from conversations.services.shares import share_create, share_fork
 from conversations.services.workspaces import workspace_ensure
 from secrets_vault.models import Datasource
+from secrets_vault.services import secret_set
 from tests.conftest import PAW_AGENT, api_client_for
 from tests.conversations.test_api_export import PNG, lines_of_a_run
 from tests.factories import conversation_of, missing_id
@@ -29,6 +32,7 @@ from tests.sandboxes.test_replace_memory import model_messages, script
 pytestmark = pytest.mark.django_db
 
 CSV = "day,tip\nSun,3.00\n"
+CSV_SHA256 = hashlib.sha256(CSV.encode()).hexdigest()
 
 
 def add_run(conversation, prompt: str, answer: str, *, status: str = "done") -> Run:
@@ -68,7 +72,7 @@ def conversation(user):
     (folder / "tips.csv").write_text(CSV)
     (folder / "chart.png").write_bytes(PNG)
     ConversationFile.objects.create(
-        conversation=conversation, name="tips.csv", size=len(CSV), sha256="ab" * 32
+        conversation=conversation, name="tips.csv", size=len(CSV), sha256=CSV_SHA256
     )
     return conversation
 
@@ -343,7 +347,7 @@ def test_a_fork_copies_the_transcript_memory_and_files_and_only_usable_datasourc
     assert (workspace_path(fork.id) / "chart.png").read_bytes() == PNG
     assert (workspace_path(fork.id) / "tips.csv").read_text() == CSV
     (upload,) = ConversationFile.objects.filter(conversation=fork)
-    assert upload.name == "tips.csv" and upload.sha256 == "ab" * 32
+    assert upload.name == "tips.csv" and upload.sha256 == CSV_SHA256
     artifacts = carol.get(f"/api/conversations/{fork.id}/artifacts").json()["results"]
     assert [a["path"] for a in artifacts] == ["chart.png"]
     history = carol.get(f"/api/conversations/{fork.id}/history").json()["results"]
@@ -378,3 +382,25 @@ def test_the_agent_of_a_fork_remembers_the_shared_turns(worker_node, scripted_mo
     assert asked.answer == "It was 42."
     for said in model_messages(scripted_model, "What was the number?"):
         assert "Remember the number 42." in said and "Noted: 42." in said
+
+
+def test_no_secret_of_the_owner_reaches_the_share_or_a_fork(api, conversation, carol):
+    """A file the agent wrote the owner's secret into: text is masked as events are, a
+    binary file holding it is left out (the suite's leak scan checks every answer too)."""
+    token = f"tok-{uuid.uuid4().hex}"
+    secret_set(name="MY_TOKEN", value=token, user=conversation.user)
+    folder = workspace_path(conversation.id)
+    (folder / "env.txt").write_text(f"HOME=/x\nMY_TOKEN={token}\n")
+    (folder / "blob.bin").write_bytes(b"\x00\x01" + token.encode() + b"\x00")
+    made = share(api, conversation, audience="signed_in").json()
+    assert made["files_left_out"] == [
+        {"path": "blob.bin", "size": len(token) + 3, "reason": "holds a secret"}
+    ]
+    url = f"/api/shares/{made['id']}"
+    assert "blob.bin" not in {f["path"] for f in carol.get(url).json()["files"]}
+    assert carol.get(f"{url}/files/blob.bin").status_code == 404
+    text = b"".join(carol.get(f"{url}/files/env.txt").streaming_content).decode()
+    assert text == "HOME=/x\nMY_TOKEN=[secret:MY_TOKEN]\n"
+    fork = carol.post(f"{url}/fork").json()
+    assert (workspace_path(fork["id"]) / "env.txt").read_text() == text
+    assert not (workspace_path(fork["id"]) / "blob.bin").exists()
