@@ -137,9 +137,76 @@ def test_share_with_a_team_view_refuse_fork_and_stop(
     assert "Sun had the highest average tip" in answer, answer
     assert Conversation.objects.filter(user=people["alice"]).count() == 1  # hers: untouched
 
-    # alice stops sharing: the link stops at once.
+    # Shared by me (linked from the dialog): alice updates the share to the conversation now.
+    dialog.get_by_role("link", name="Shared by me").click()
+    page.wait_for_url("**/shares/")
+    mine = page.locator("#shares .share-item")
+    mine.wait_for()
+    assert mine.get_by_role("link", name=conversation.title).count() == 1
+    assert mine.get_by_label("Link to this share").input_value() == link
+    mine.get_by_role("button", name="Update to now").click()
+    page.wait_for_function(
+        f"() => !document.querySelector('[data-share-id=\"{share.id}\"] button:disabled')"
+    )
+    share.refresh_from_db()
+    assert share.snapshot == 2
+
+    # alice stops sharing from the conversation's Share dialog: the link stops at once.
+    page.goto(browser_session.url(f"/c/{conversation.id}/"))
+    page.get_by_role("button", name="Share", exact=True).click()
+    item = dialog.locator(".share-item")
     item.get_by_role("button", name="Stop sharing").click()
     dialog.locator("#share-list-empty").wait_for()
     assert not Share.objects.filter(id=share.id).exists()
     assert shared.goto(link).status == 404
     assert_no_page_errors(browser_session)
+
+
+def test_a_shared_sql_answer_shows_its_table_and_an_interactive_chart(
+    tmp_path, browser_session, browser_of, people, scripted_model
+):
+    """The demo's SQL question on the demo datasource, shared with everyone signed in:
+    carol sees the run_sql row's statement and rows, and the Plotly chart drawn by PAW's
+    plotly.js (hovering a bar shows its value), from the share's own files."""
+    from secrets_vault.services import demo_datasource_ensure
+
+    demo_datasource_ensure(csv_path=TIPS, db_path=tmp_path / "demo" / "tips.sqlite3")
+    scripted_model.load(demo_script())
+    browser_session.sign_in_as(people["alice"])
+    page = browser_session.page
+    page.goto(browser_session.url("/"))
+    picker = page.locator("#datasource-picker")
+    picker.locator("summary").click()
+    picker.get_by_label("Tips (demo)").check()
+    page.wait_for_selector("#share-conversation", state="visible")  # the tick made it
+    picker.locator("summary").click()
+    ask(page, "average tip by day from the database")
+    page.locator(".answer", has_text="from the demo-tips database").wait_for(timeout=90_000)
+    wait_until_idle(page)
+    page.get_by_role("button", name="Share", exact=True).click()
+    dialog = page.locator("#share-dialog")
+    dialog.get_by_label("Everyone signed in to PAW").check()
+    dialog.get_by_label("The link works").select_option(label="for 7 days")
+    dialog.get_by_role("button", name="Create link").click()
+    link = dialog.get_by_label("Link to this share").input_value()
+    assert "works until" in dialog.locator(".share-item").inner_text()
+
+    carol = browser_of(people["carol"])
+    shared = carol.page
+    assert shared.goto(link).status == 200
+    assert "the link works until" in shared.locator("#share-note").inner_text()
+    sql_row = shared.locator(".tool[data-tool=run_sql]")
+    sql_row.locator("summary").click()
+    assert sql_row.locator(".result-table td", has_text="3.26").count() == 1
+    chart = shared.locator(".tool-chart[data-path='tips_by_day.plotly.json']")
+    shared.wait_for_selector(
+        ".tool-chart[data-path='tips_by_day.plotly.json'][data-state=drawn]", timeout=30_000
+    )
+    bar = chart.locator(".bars .point path").first  # Thur
+    bar.scroll_into_view_if_needed()
+    box = bar.bounding_box()
+    shared.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    hover = chart.locator(".hoverlayer .hovertext")
+    hover.wait_for(timeout=10_000)
+    assert "2.77" in hover.text_content()
+    assert_no_page_errors(carol)
