@@ -45,6 +45,7 @@ from conversations.services.shares import (
     share_update,
 )
 from paw_project.api import PawPagination, StrictSerializer, error_responses, paginated_response
+from paw_project.throttles import SharesThrottle
 
 
 def share_url(request: Request, share: Share) -> str:
@@ -231,6 +232,8 @@ def _expires_field() -> serializers.IntegerField:
 
 
 class ConversationShareListApi(APIView):
+    throttle_classes = (SharesThrottle,)
+
     class InputSerializer(StrictSerializer):
         audience = serializers.ChoiceField(
             choices=Share.Audience.choices,
@@ -258,7 +261,7 @@ class ConversationShareListApi(APIView):
     @extend_schema(
         operation_id="conversation_shares_create",
         request=InputSerializer,
-        responses={201: ShareOutput, **error_responses(400, 403, 404)},
+        responses={201: ShareOutput, **error_responses(400, 403, 404, 429)},
     )
     def post(self, request: Request, conversation_id: UUID) -> Response:
         """Share the conversation read-only, as it is now (a snapshot: later messages are
@@ -298,13 +301,15 @@ class ConversationShareDetailApi(APIView):
 
 
 class ConversationShareUpdateApi(APIView):
+    throttle_classes = (SharesThrottle,)
+
     class InputSerializer(StrictSerializer):
         expires_in_days = _expires_field()
 
     @extend_schema(
         operation_id="conversation_shares_update",
         request=InputSerializer,
-        responses={200: ShareOutput, **error_responses(400, 403, 404)},
+        responses={200: ShareOutput, **error_responses(400, 403, 404, 429)},
     )
     def post(self, request: Request, conversation_id: UUID, share_id: UUID) -> Response:
         """A new snapshot under the same link: the share shows the conversation as it is
@@ -430,10 +435,12 @@ class ShareFileApi(APIView):
 
 
 class ShareForkApi(APIView):
+    throttle_classes = (SharesThrottle,)
+
     @extend_schema(
         operation_id="shares_fork",
         request=None,
-        responses={201: ConversationOutput, **error_responses(404)},
+        responses={201: ConversationOutput, **error_responses(404, 429)},
     )
     def post(self, request: Request, share_id: UUID) -> Response:
         """Start your own conversation from the share: its transcript (and the agent's

@@ -22,7 +22,7 @@ from conversations.services.shares import share_create, share_fork
 from conversations.services.workspaces import workspace_ensure
 from secrets_vault.models import Datasource
 from secrets_vault.services import secret_set
-from tests.conftest import PAW_AGENT, api_client_for
+from tests.conftest import PAW_AGENT, api_client_for, use_up_throttle
 from tests.conversations.test_api_export import PNG, lines_of_a_run
 from tests.factories import conversation_of, missing_id
 from tests.live import wait_for
@@ -404,3 +404,19 @@ def test_no_secret_of_the_owner_reaches_the_share_or_a_fork(api, conversation, c
     fork = carol.post(f"{url}/fork").json()
     assert (workspace_path(fork["id"]) / "env.txt").read_text() == text
     assert not (workspace_path(fork["id"]) / "blob.bin").exists()
+
+
+def test_sharing_and_forking_are_throttled_reading_is_not(api, conversation, carol, settings):
+    made = share(api, conversation, audience="signed_in").json()
+    use_up_throttle("shares", f"user-{conversation.user.pk}", settings.PAW_THROTTLE_UPLOADS)
+    refused = share(api, conversation, audience="signed_in")
+    assert refused.status_code == 429 and refused.json()["code"] == "throttled"
+    assert int(refused["Retry-After"]) > 0
+    base = f"/api/conversations/{conversation.id}/shares"
+    assert api.post(f"{base}/{made['id']}/update", {}, format="json").status_code == 429
+    assert api.get(base).status_code == 200
+    assert Share.objects.count() == 1
+    carol_id = carol.get("/api/auth/me").json()["id"]
+    use_up_throttle("shares", f"user-{carol_id}", settings.PAW_THROTTLE_UPLOADS)
+    assert carol.post(f"/api/shares/{made['id']}/fork").status_code == 429
+    assert carol.get(f"/api/shares/{made['id']}").status_code == 200
