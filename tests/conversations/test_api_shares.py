@@ -12,6 +12,8 @@ from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import Group
+from django.test import Client
+from django.urls import reverse
 from django.utils import timezone
 
 from conversations.models import Conversation, ConversationFile, Run, RunEvent, Share
@@ -420,3 +422,22 @@ def test_sharing_and_forking_are_throttled_reading_is_not(api, conversation, car
     use_up_throttle("shares", f"user-{carol_id}", settings.PAW_THROTTLE_UPLOADS)
     assert carol.post(f"/api/shares/{made['id']}/fork").status_code == 429
     assert carol.get(f"/api/shares/{made['id']}").status_code == 200
+
+
+def test_an_operator_lists_and_stops_shares_in_the_admin(
+    api, conversation, carol, make_user, django_capture_on_commit_callbacks
+):
+    made = share(api, conversation, audience="signed_in").json()
+    operator = Client()
+    operator.force_login(make_user("operator", is_staff=True, is_superuser=True))
+    listed = operator.get(reverse("admin:conversations_share_changelist"))
+    assert listed.status_code == 200 and made["id"] in listed.content.decode()
+    page = operator.get(reverse("admin:conversations_share_change", args=[made["id"]]))
+    assert page.status_code == 200 and "alice" in page.content.decode()
+    with django_capture_on_commit_callbacks(execute=True):
+        deleted = operator.post(
+            reverse("admin:conversations_share_delete", args=[made["id"]]), {"post": "yes"}
+        )
+    assert deleted.status_code == 302
+    assert carol.get(f"/api/shares/{made['id']}").status_code == 404
+    assert not share_root(made["id"]).exists()
