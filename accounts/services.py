@@ -27,6 +27,7 @@ from accounts.models import PersonalToken, User
 from accounts.tokens import TOKEN_VERSION_CLAIM, PawRefreshToken
 from paw_project import broadcast, metrics, throttles
 from paw_project.errors import Conflict, InvalidRequest, NotFound, Unauthenticated
+from teams.services import user_join_default_team
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +52,7 @@ def user_register(*, username: str, password: str, email: str = "") -> User:
     validators refuse ``password``, ``Conflict`` (409, ``username_taken``) when the name is
     in use (case-insensitively, so ``Alice`` and ``alice`` are not two people; a database
     constraint holds it under concurrent registrations). The name is NFKC-normalized first.
+    The new user joins ``PAW_DEFAULT_TEAM`` when set.
     """
     # NFKC, as Django's own forms do: "ａｌｉｃｅ" (full width) is "alice".
     username = User.normalize_username(username)
@@ -63,6 +65,7 @@ def user_register(*, username: str, password: str, email: str = "") -> User:
     try:
         with transaction.atomic():
             user.save()
+            user_join_default_team(user=user)
     except IntegrityError as error:  # a concurrent registration of the same name
         raise taken from error
     return user

@@ -111,6 +111,7 @@ INSTALLED_APPS = [
     "billing",
     "secrets_vault",
     "sso",
+    "teams",
 ]
 
 MIDDLEWARE = [
@@ -480,8 +481,13 @@ for _name in (
         raise ImproperlyConfigured(
             f"{_name}={globals()[_name]!r}: use <count>/<second|min|hour|day>, e.g. 30/min."
         )
-# Open self-service sign-up at POST /api/auth/register; operators can close it.
-PAW_ALLOW_REGISTRATION = env.bool("PAW_ALLOW_REGISTRATION", default=True)
+# Self-service sign-up (the sign-up page, POST /api/auth/register). Open by default only in
+# the embedded mode (the demo); a server with Redis starts closed: accounts come from single
+# sign-on or an operator, unless PAW_ALLOW_REGISTRATION=1.
+PAW_ALLOW_REGISTRATION = env.bool("PAW_ALLOW_REGISTRATION", default=EMBEDDED)
+# The team new accounts join (self-registered or at their first single sign-on), made when
+# missing; empty: none.
+PAW_DEFAULT_TEAM = env.str("PAW_DEFAULT_TEAM", default="").strip()
 # The widest audience a shared conversation may have (conversations.selectors.shares):
 # "off" (no sharing; every share stops working), "teams" (the owner's teams only: shares
 # for every signed-in person stop working) or "signed_in" (every signed-in person).
@@ -603,6 +609,11 @@ PAW_OIDC_ALLOWED_GROUPS = [
 # leaves the flag alone (the admin sets it).
 PAW_OIDC_STAFF_CLAIM = env.str("PAW_OIDC_STAFF_CLAIM", default="").strip()
 PAW_OIDC_SUPERUSER_CLAIM = env.str("PAW_OIDC_SUPERUSER_CLAIM", default="").strip()
+# The claim whose values name a person's teams (e.g. groups): set at every sign-in to the
+# teams it names (others are ignored, or made with PAW_OIDC_CREATE_TEAMS=1). Empty: teams
+# are managed in PAW only.
+PAW_OIDC_TEAMS_CLAIM = env.str("PAW_OIDC_TEAMS_CLAIM", default="").strip()
+PAW_OIDC_CREATE_TEAMS = env.bool("PAW_OIDC_CREATE_TEAMS", default=False)
 # The claim a new user's PAW username comes from (then the e-mail's local part, then `sub`).
 PAW_OIDC_USERNAME_CLAIM = env.str("PAW_OIDC_USERNAME_CLAIM", default="preferred_username").strip()
 PAW_OIDC_TIMEOUT = env.float("PAW_OIDC_TIMEOUT", default=5.0)

@@ -32,6 +32,7 @@ urlpatterns = [
     path("api/", include("conversations.api.urls")),
     path("api/", include("secrets_vault.api.urls")),
     path("api/", include("billing.api.urls")),
+    path("api/", include("teams.api.urls")),
     path("", include("conversations.urls")),
     path("", include("billing.urls")),
     path("", include("secrets_vault.urls")),

@@ -13,6 +13,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from secrets_vault.fields import EncryptedSecretField
+from teams.models import AccessRuled
 
 SECRET_NAME_PATTERN = r"^[A-Z][A-Z0-9_]{0,63}$"  # noqa: S105 - a pattern, not a password
 secret_name_validator = RegexValidator(
@@ -108,8 +109,9 @@ class Secret(models.Model):
 DATASOURCE_SLUG_PATTERN = r"^[a-z][a-z0-9_-]{0,62}$"
 
 
-class Datasource(models.Model):
-    """An SQL database a run may be given (``datasources: [slug]``).
+class Datasource(AccessRuled):
+    """An SQL database a run may be given (``datasources: [slug]``), to those its access
+    rule lets use it (``access``, ``teams``: :func:`teams.selectors.accessible`).
 
     ``connection`` holds ``host``, ``port``, ``database`` (a file path for SQLite),
     ``user``, ``password`` and ``options`` (extra driver parameters such as ``sslmode``);

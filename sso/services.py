@@ -19,6 +19,7 @@ from accounts.models import User
 from accounts.services import user_create_external
 from paw_project.errors import Forbidden
 from sso.models import OidcIdentity
+from teams.services import user_join_default_team, user_teams_from_claim
 
 logger = logging.getLogger(__name__)
 
@@ -49,13 +50,18 @@ def claim_matches(claims: dict[str, Any], rule: str) -> bool:
     return value is not None and str(value) == wanted
 
 
-def _groups(claims: dict[str, Any]) -> set[str]:
-    value = claims.get(settings.PAW_OIDC_GROUPS_CLAIM)
+def _claim_values(claims: dict[str, Any], name: str) -> set[str]:
+    """The claim ``name`` as a set of strings: one string, or the items of a list."""
+    value = claims.get(name)
     if isinstance(value, str):
         return {value}
     if isinstance(value, list | tuple):
         return {str(item) for item in value}
     return set()
+
+
+def _groups(claims: dict[str, Any]) -> set[str]:
+    return _claim_values(claims, settings.PAW_OIDC_GROUPS_CLAIM)
 
 
 def sign_on_check(claims: dict[str, Any]) -> None:
@@ -123,7 +129,9 @@ def sso_sign_in(*, issuer: str, claims: dict[str, Any]) -> User:
     NFKC-normalized and unique ignoring case, see
     :func:`accounts.services.username_free_variant`) and links it; later ones find it by
     ``(issuer, sub)``. Every sign-in applies :func:`sign_on_check`, sets the staff and
-    superuser flags from their claims and updates the e-mail address. Raises
+    superuser flags from their claims and updates the e-mail address; with
+    ``PAW_OIDC_TEAMS_CLAIM``, sets the person's teams to those the claim names (a new user
+    joins ``PAW_DEFAULT_TEAM`` first; the claim then decides). Raises
     :class:`SignOnRefused` (``account_disabled`` for an inactive user)."""
     sign_on_check(claims)
     subject = str(claims["sub"])
@@ -148,6 +156,7 @@ def sso_sign_in(*, issuer: str, claims: dict[str, Any]) -> User:
                     issuer=issuer, subject=subject
                 )
             else:
+                user_join_default_team(user=user)
                 logger.info("single sign-on: new user %s for %s", user.username, identity)
         user = identity.user
         if not user.is_active:
@@ -155,6 +164,12 @@ def sso_sign_in(*, issuer: str, claims: dict[str, Any]) -> User:
         changed = _flags_update(user, claims)
         if changed:
             user.save(update_fields=changed)
+        if settings.PAW_OIDC_TEAMS_CLAIM:
+            user_teams_from_claim(
+                user=user,
+                names=_claim_values(claims, settings.PAW_OIDC_TEAMS_CLAIM),
+                create=settings.PAW_OIDC_CREATE_TEAMS,
+            )
         identity.last_sign_in_at = timezone.now()
         identity.save(update_fields=["last_sign_in_at"])
     return user

@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.contrib.auth import logout, update_session_auth_hash
 from django.contrib.auth.validators import UnicodeUsernameValidator
-from drf_spectacular.utils import extend_schema, extend_schema_view
+from drf_spectacular.utils import extend_schema, extend_schema_field, extend_schema_view
 from rest_framework import serializers, status
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
@@ -19,6 +19,8 @@ from paw_project.api import StrictSerializer, error_responses, paginated_respons
 from paw_project.asgi_limits import BodyKind
 from paw_project.errors import Forbidden
 from paw_project.throttles import AuthThrottle, PasswordThrottle, TokensThrottle
+from teams.api.views import TeamBriefOutput
+from teams.selectors import user_teams
 
 
 class TokenPairOutput(serializers.Serializer):
@@ -174,12 +176,21 @@ class PasswordChangeApi(APIView):
         return Response(TokenPairOutput(pair).data)
 
 
+class MeOutput(UserOutput):
+    is_staff = serializers.BooleanField()
+    teams = serializers.SerializerMethodField(help_text="The teams you are a member of, by name.")
+
+    @extend_schema_field(TeamBriefOutput(many=True))
+    def get_teams(self, user: User) -> list[dict]:
+        return TeamBriefOutput(user_teams(user), many=True).data
+
+
 class MeApi(APIView):
-    @extend_schema(operation_id="auth_me", responses={200: UserOutput, **error_responses()})
+    @extend_schema(operation_id="auth_me", responses={200: MeOutput, **error_responses()})
     def get(self, request: Request) -> Response:
-        """The signed-in user."""
+        """The signed-in user, with their teams."""
         user: User = request.user
-        return Response(UserOutput(user).data)
+        return Response(MeOutput(user).data)
 
 
 class PersonalTokenOutput(serializers.ModelSerializer):

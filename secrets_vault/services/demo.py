@@ -18,6 +18,7 @@ from django.db import transaction
 
 from secrets_vault.models import Datasource
 from secrets_vault.services.knowledge import datasource_schema_refresh_request
+from teams.models import Access
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +73,7 @@ def demo_datasource_ensure(*, csv_path: Path, db_path: Path) -> Datasource:
                 "connection": {"database": str(db_path)},
                 "read_only": True,
                 "enabled": True,
+                "access": Access.EVERYONE,  # the demo's: everyone who signs in
             },
         )
         if created:

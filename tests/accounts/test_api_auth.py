@@ -12,7 +12,10 @@ from rest_framework.test import APIClient
 from accounts.models import User
 from tests.conftest import PASSWORD, api_client_for
 
-pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("reset_throttles")]
+pytestmark = [
+    pytest.mark.django_db,
+    pytest.mark.usefixtures("reset_throttles", "registration_open"),
+]
 
 
 def login(username: str = "alice", password: str = PASSWORD) -> dict:

@@ -10,7 +10,10 @@ from django.test import Client, override_settings
 from accounts.models import User
 from tests.conftest import PASSWORD
 
-pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("reset_throttles")]
+pytestmark = [
+    pytest.mark.django_db,
+    pytest.mark.usefixtures("reset_throttles", "registration_open"),
+]
 
 REGISTER = "/accounts/register/"
 LOGIN = "/accounts/login/"

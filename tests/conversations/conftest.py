@@ -42,10 +42,11 @@ def fake_worker(worker_node):
 @pytest.fixture(scope="module")
 def chat_server(django_db_setup, django_db_blocker, worker_node) -> Iterator[WebServer]:
     """The web process serving PAW (see ``tests.conftest.web_server``), with a small upload
-    limit."""
+    limit and sign-up open (closed by default outside the embedded mode)."""
     with web_server(
         django_db_blocker,
         worker_node,
+        PAW_ALLOW_REGISTRATION="1",
         PAW_MAX_UPLOAD_BYTES=str(UPLOAD_LIMIT),
         PAW_THROTTLE_UPLOADS="1000/min",
         PAW_THROTTLE_RUNS="1000/min",

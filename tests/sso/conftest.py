@@ -92,7 +92,8 @@ def oidc_provider(sso_port, tmp_path_factory) -> Iterator[OpenIdProvider]:
 @pytest.fixture(scope="module")
 def sso_server(django_db_setup, django_db_blocker, oidc_provider, sso_port) -> Iterator[WebServer]:
     """A PAW web process signing in with the provider: client secret from the vault,
-    only ``example.org`` addresses, the ``paw-staff`` group makes staff."""
+    only ``example.org`` addresses, the ``paw-staff`` group makes staff, the ``groups``
+    claim names the person's teams."""
     with django_db_blocker.unblock():
         database_url = worker_database_url()
     env = {
@@ -104,6 +105,7 @@ def sso_server(django_db_setup, django_db_blocker, oidc_provider, sso_port) -> I
         "PAW_OIDC_SCOPES": "openid email profile groups",
         "PAW_OIDC_ALLOWED_DOMAINS": ALLOWED_DOMAIN,
         "PAW_OIDC_STAFF_CLAIM": f"groups={STAFF_GROUP}",
+        "PAW_OIDC_TEAMS_CLAIM": "groups",
     }
     command = [
         sys.executable,

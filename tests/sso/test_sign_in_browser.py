@@ -69,6 +69,19 @@ def test_a_second_sign_in_is_the_same_user_and_a_namesake_gets_a_name_of_its_own
     assert User.objects.filter(username__istartswith="grace").count() == 2
 
 
+def test_the_providers_groups_are_the_persons_teams(browser):
+    from teams.models import Team
+
+    users = Team.objects.create(name="paw-users")
+    Team.objects.create(name="analysts")  # not in grace's claim
+    page = sign_in_at_the_provider(browser, "grace-1906")
+    page.wait_for_selector("#prompt")
+    grace = User.objects.get(username="Grace")
+    assert list(grace.groups.all()) == [users]  # paw-staff names no team: left out
+    me = page.evaluate("fetch('/api/auth/me').then(r => r.json())")
+    assert me["teams"] == [{"id": users.id, "name": "paw-users"}]
+
+
 def test_an_id_token_for_another_audience_is_refused(browser):
     page = sign_in_at_the_provider(browser, "eve-other-audience")
     assert "issued for another application" in refusal_on_the_sign_in_page(page)

@@ -139,3 +139,42 @@ def test_only_members_of_the_allowed_groups_come_in(settings):
         with pytest.raises(SignOnRefused) as refused:
             sign_on_check(claims(roles=roles))
         assert refused.value.code == "group_not_allowed"
+
+
+def _team_names(user: User) -> list[str]:
+    return sorted(user.groups.values_list("name", flat=True))
+
+
+def test_the_teams_claim_sets_a_persons_teams_at_every_sign_in(settings):
+    from teams.models import Team
+
+    settings.PAW_OIDC_TEAMS_CLAIM = "groups"
+    Team.objects.create(name="Analysts"), Team.objects.create(name="finance")
+    user = sso_sign_in(issuer=ISSUER, claims=claims(groups=["analysts", "unknown-group"]))
+    assert _team_names(user) == ["Analysts"]  # names compared ignoring case; others ignored
+    assert not Team.objects.filter(name="unknown-group").exists()
+    user = sso_sign_in(issuer=ISSUER, claims=claims(groups="finance"))
+    assert _team_names(user) == ["finance"]  # left analysts at the provider: left it here
+    user = sso_sign_in(issuer=ISSUER, claims=claims())
+    assert _team_names(user) == []  # no claim: no team
+
+
+def test_missing_teams_are_made_when_asked_and_the_default_team_is_joined_first(settings):
+    from teams.models import Team
+
+    settings.PAW_DEFAULT_TEAM = "staff-room"
+    user = sso_sign_in(issuer=ISSUER, claims=claims("s-new"))
+    assert _team_names(user) == ["staff-room"]  # no teams claim configured: PAW's own
+    settings.PAW_OIDC_TEAMS_CLAIM = "groups"
+    settings.PAW_OIDC_CREATE_TEAMS = True
+    user = sso_sign_in(issuer=ISSUER, claims=claims("s-new", groups=["ops", "", 42, "x" * 200]))
+    assert _team_names(user) == ["42", "ops"]  # the claim decides; nothing blank or too long
+    assert Team.objects.filter(name="ops").exists()
+
+
+def test_without_a_teams_claim_teams_set_in_paw_stay(settings):
+    from teams.models import Team
+
+    user = sso_sign_in(issuer=ISSUER, claims=claims(groups=["ops"]))
+    user.groups.add(Team.objects.create(name="analysts"))
+    assert _team_names(sso_sign_in(issuer=ISSUER, claims=claims(groups=["ops"]))) == ["analysts"]

@@ -260,9 +260,17 @@ class Command(BaseCommand):
                 "  Demo datasource 'demo-tips' (the tips data set in SQLite): tick 'Tips (demo)' "
                 "under Data and ask for the average tip by day from the database.\n"
             )
+        registration = (
+            "  Sign-up is open: anyone who reaches this page may make an account "
+            "(PAW_ALLOW_REGISTRATION=0 closes it).\n"
+            if settings.PAW_ALLOW_REGISTRATION
+            else "  Sign-up is closed: accounts come from single sign-on or an operator "
+            "(PAW_ALLOW_REGISTRATION=1 opens it).\n"
+        )
         self._say(
             f"PAW is starting in {mode} mode.\n"
             f"  Open {url}  (admin: {url}admin/, API docs: {url}api/docs/)\n"
+            f"{registration}"
             f"{demo_line}"
             "  Lost the admin password? Set a new one with `make changepassword` "
             "(ADMIN_USER=<name> for another account; it runs `manage.py changepassword <name>`).\n"
