@@ -11,17 +11,17 @@ from uuid import UUID
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
-from django.contrib.auth.models import Group
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.csrf import ensure_csrf_cookie
 
 from conversations.selectors.conversations import conversation_get
-from conversations.selectors.shares import share_for_viewer, sharing_allows, user_team_ids
+from conversations.selectors.shares import share_for_viewer, sharing_allows
 from paw_project.errors import NotFound
 from paw_project.security import content_security_policy
 from paw_project.vendor import plotly_css_url, plotly_js_url, plotly_style_ids
 from secrets_vault.providers import DEMO_PROVIDER_NAME
+from teams.selectors import user_teams
 
 
 def chat_config(request: HttpRequest, conversation_id: UUID | None) -> dict:
@@ -43,13 +43,9 @@ def chat_config(request: HttpRequest, conversation_id: UUID | None) -> dict:
 def sharing_config(request: HttpRequest) -> dict:
     """What the Share dialog offers: ``{"audiences": [...], "teams": [{"id", "name"}]}``
     (no audience under ``PAW_SHARING=off``)."""
-    team_ids = user_team_ids(request.user)
     return {
         "audiences": [a for a in ("teams", "signed_in") if sharing_allows(a)],
-        "teams": [
-            {"id": group.id, "name": group.name}
-            for group in Group.objects.filter(id__in=team_ids).order_by("name")
-        ],
+        "teams": [{"id": team.id, "name": team.name} for team in user_teams(request.user)],
     }
 
 

@@ -26,6 +26,7 @@ from conversations.selectors.artifacts import OpenArtifact, content_type_for
 from conversations.selectors.conversations import conversation_get
 from conversations.selectors.workspaces import share_file_open
 from paw_project.errors import NotFound
+from teams.selectors import user_team_ids
 
 #: How wide each ``PAW_SHARING`` value lets a share be (an audience needs at most it).
 SHARING_WIDTH = {"off": 0, "teams": 1, "signed_in": 2}
@@ -36,16 +37,6 @@ CHUNK_EVENTS = 500
 EVENTS_MAX_BYTES = 1 << 20
 #: Approvals a share's JSON names at most (how each question or confirm was decided).
 MAX_APPROVALS = 1000
-
-
-def user_team_ids(user: User) -> frozenset[int]:
-    """The ids of the teams ``user`` is a member of (a team is an ``auth.Group``).
-
-    The one place sharing reads teams: once the ``teams`` app lands, this becomes
-    ``teams.selectors.user_team_ids(user)``."""
-    if not user.is_authenticated:
-        return frozenset()
-    return frozenset(user.groups.values_list("id", flat=True))
 
 
 def sharing_allows(audience: str) -> bool:

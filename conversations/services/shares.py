@@ -44,7 +44,6 @@ from conversations.selectors.shares import (
     share_for_viewer,
     share_runs,
     sharing_allows,
-    user_team_ids,
 )
 from conversations.selectors.workspaces import (
     share_folder,
@@ -61,7 +60,9 @@ from conversations.services.workspaces import (
 )
 from paw_project.errors import Forbidden, InvalidRequest
 from secrets_vault.masking import StreamMasker, mask_text
-from secrets_vault.services import datasources_available, stored_secret_values
+from secrets_vault.selectors import datasource_list
+from secrets_vault.services import stored_secret_values
+from teams.selectors import accessible, user_team_ids
 
 #: Shares one conversation may have at once.
 MAX_SHARES_PER_CONVERSATION = 20
@@ -410,12 +411,15 @@ def share_delete(*, user: User, conversation_id: UUID | str, share_id: UUID | st
 
 
 def datasources_usable(*, user: User, slugs: list[str]) -> list[str]:
-    """The datasources among ``slugs`` that ``user`` may use, in the order given.
-
-    The one place a fork decides it: today every enabled datasource is everyone's
-    (``secrets_vault``'s ``datasources_available``); the datasource access rules will
-    answer here once they land."""
-    return datasources_available(slugs=slugs)
+    """The datasources among ``slugs`` that ``user`` may use (enabled, and open to them
+    by the access rule ``teams.selectors.accessible``), in the order given, without
+    duplicates. The one place a fork decides it."""
+    usable = set(
+        accessible(datasource_list().filter(slug__in=list(slugs)), user).values_list(
+            "slug", flat=True
+        )
+    )
+    return [slug for slug in dict.fromkeys(slugs) if slug in usable]
 
 
 def _fork_title(title: str) -> str:

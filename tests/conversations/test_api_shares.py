@@ -313,23 +313,28 @@ def test_paw_sharing_narrowed_stops_the_shares_it_no_longer_allows(
 
 
 def test_a_fork_copies_the_transcript_memory_and_files_and_only_usable_datasources(
-    api, conversation, carol
+    api, conversation, analysts, carol
 ):
-    for slug, enabled in (("tips", True), ("finance", False)):
-        Datasource.objects.create(
+    # tips: everyone's; sales: the analysts' only (carol is not one); old: disabled.
+    for slug, access, enabled in (
+        ("tips", "everyone", True), ("sales", "teams", True), ("old", "everyone", False),
+    ):  # fmt: skip
+        source = Datasource.objects.create(
             slug=slug, name=slug.title(), dialect="sqlite", connection={"database": "x.db"},
-            enabled=enabled,
+            access=access, enabled=enabled,
         )  # fmt: skip
-    conversation.datasources = ["tips", "finance"]
+        if access == "teams":
+            source.teams.add(analysts)
+    conversation.datasources = ["tips", "sales", "old"]
     conversation.save(update_fields=["datasources"])
-    Run.objects.filter(conversation=conversation).update(datasources=["tips", "finance"])
+    Run.objects.filter(conversation=conversation).update(datasources=["tips", "sales", "old"])
     made = share(api, conversation, audience="signed_in").json()
 
     response = carol.post(f"/api/shares/{made['id']}/fork")
     assert response.status_code == 201, response.json()
     fork = Conversation.objects.get(id=response.json()["id"])
     assert fork.user.username == "carol" and fork.title == "Tips by day (fork)"
-    assert fork.datasources == ["tips"]  # finance: not one carol may use
+    assert fork.datasources == ["tips"]  # sales and old: not ones carol may use
     assert fork.llm_provider == ""  # no model choice of alice's
     (run,) = Run.objects.filter(conversation=fork)
     assert run.user == fork.user and run.datasources == ["tips"] and run.usage == {}
@@ -343,7 +348,7 @@ def test_a_fork_copies_the_transcript_memory_and_files_and_only_usable_datasourc
     assert [e.cursor for e in events] == list(range(1, originals + 2))
     assert {e.run_id for e in events[:-1]} == {run.id}
     assert events[-1].kind == "forked" and "alice" in events[-1].payload["message"]
-    assert "finance" in events[-1].payload["message"]
+    assert "Left out, as you may not use them: old, sales." in events[-1].payload["message"]
     assert fork.event_cursor == originals + 1
     # The files: the upload as an upload, the chart as the agent's.
     assert (workspace_path(fork.id) / "chart.png").read_bytes() == PNG
@@ -441,3 +446,17 @@ def test_an_operator_lists_and_stops_shares_in_the_admin(
     assert deleted.status_code == 302
     assert carol.get(f"/api/shares/{made['id']}").status_code == 404
     assert not share_root(made["id"]).exists()
+
+
+def test_a_team_member_forks_with_the_teams_datasource(api, conversation, analysts, bob):
+    """The same rule for a viewer who may use the team's datasource: it is kept."""
+    source = Datasource.objects.create(
+        slug="sales", name="Sales", dialect="sqlite", connection={"database": "x.db"},
+        access="teams",
+    )  # fmt: skip
+    source.teams.add(analysts)
+    conversation.datasources = ["sales"]
+    conversation.save(update_fields=["datasources"])
+    made = share(api, conversation, audience="teams", teams=[analysts.id]).json()
+    fork = bob.post(f"/api/shares/{made['id']}/fork").json()
+    assert fork["datasources"] == ["sales"]
