@@ -11,6 +11,11 @@ is seeded with its turns as with any conversation's: ``conversation_turns``), it
 copied into the new workspace (uploads as uploads), and of the conversation's datasources
 only those the person may use.
 
+Nothing of the owner's secrets: the events are stored masked already; the snapshot's
+text files (UTF-8) are masked the same way with every secret value PAW keeps for the
+owner's sandboxes (``stored_secret_values``), and a binary file that holds one (as UTF-8
+bytes, or one of the forms masking knows) is left out.
+
 Bounded work: a snapshot copies at most :data:`SHARE_MAX_FILES` files, each at most
 ``PAW_MAX_UPLOAD_BYTES`` and :data:`SHARE_MAX_FILES_BYTES` in all (the others are named in
 ``files_left_out``), in chunks; events are copied :data:`CHUNK_EVENTS` at a time.
@@ -193,7 +198,7 @@ def _holds_a_secret(source: IO[bytes], secret_values: dict[str, str]) -> bool:
     """Whether the bytes of ``source`` hold a secret value (or one of its masked forms)
     as UTF-8; read in chunks that overlap by the longest value, then back to its start."""
     values = {name: value.encode().decode("latin-1") for name, value in secret_values.items()}
-    overlap = max((len(v) for v in values.values()), default=0) * 4
+    overlap = max((len(v) for v in values.values()), default=0) * 6  # its longest forms
     tail = ""
     try:
         while chunk := source.read(COPY_BYTES):
