@@ -460,3 +460,31 @@ def test_a_team_member_forks_with_the_teams_datasource(api, conversation, analys
     made = share(api, conversation, audience="teams", teams=[analysts.id]).json()
     fork = bob.post(f"/api/shares/{made['id']}/fork").json()
     assert fork["datasources"] == ["sales"]
+
+
+def test_the_pages_a_share_has_and_the_chats_share_button(
+    api, conversation, analysts, carol, settings
+):
+    made = share(api, conversation, audience="teams", teams=[analysts.id]).json()
+    bob, carol_user = Client(), Client()
+    bob.force_login(analysts.user_set.get(username="bob"))
+    carol_user.force_login(Group.objects.get(name="finance").user_set.get())
+    page = bob.get(f"/s/{made['id']}/")
+    assert page.status_code == 200
+    assert "Shared by <strong>alice</strong>" in page.content.decode()
+    assert page["Content-Security-Policy"]  # as every page of PAW
+    refused = carol_user.get(f"/s/{made['id']}/")
+    assert refused.status_code == 404 and "Tips by day" not in refused.content.decode()
+    assert Client().get(f"/s/{made['id']}/").status_code == 302  # to the sign-in page
+    assert bob.get("/shares/").status_code == 200
+
+    owner = Client()
+    owner.force_login(conversation.user)
+    chat = owner.get(f"/c/{conversation.id}/").content.decode()
+    assert 'id="share-conversation"' in chat and 'value="signed_in"' in chat
+    assert f'value="{analysts.id}"> analysts' in chat  # her team, to tick
+    settings.PAW_SHARING = "teams"
+    chat = owner.get(f"/c/{conversation.id}/").content.decode()
+    assert 'id="share-conversation"' in chat and 'value="signed_in"' not in chat
+    settings.PAW_SHARING = "off"
+    assert 'id="share-conversation"' not in owner.get(f"/c/{conversation.id}/").content.decode()
