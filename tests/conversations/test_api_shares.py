@@ -488,3 +488,22 @@ def test_the_pages_a_share_has_and_the_chats_share_button(
     assert 'id="share-conversation"' in chat and 'value="signed_in"' not in chat
     settings.PAW_SHARING = "off"
     assert 'id="share-conversation"' not in owner.get(f"/c/{conversation.id}/").content.decode()
+
+
+def test_a_snapshots_versions_are_its_own(api, conversation, carol):
+    """An edited turn shared with both versions; a version made after the share is not
+    named by the shared runs (nor shown) until the share is updated."""
+    first = Run.objects.get(conversation=conversation)
+    second = add_run(conversation, "Average tip, rounded?", "About 3.")
+    Run.objects.filter(id=second.id).update(replaces=first)
+    made = share(api, conversation, audience="signed_in").json()
+    third = add_run(conversation, "Average tip, exactly?", "2.998.")
+    Run.objects.filter(id=third.id).update(replaces=second)
+
+    runs = carol.get(f"/api/shares/{made['id']}/runs").json()["results"]
+    assert [r["id"] for r in runs] == [str(first.id), str(second.id)]
+    assert runs[1]["versions"] == [str(first.id), str(second.id)]
+    assert runs[1]["replaced_by"] is None and runs[1]["version"] == 2
+    # The owner's own view names the new version.
+    mine = api.get(f"/api/conversations/{conversation.id}/runs/{second.id}").json()
+    assert mine["replaced_by"] == str(third.id)
