@@ -493,6 +493,12 @@ PAW_ALLOW_REGISTRATION = env.bool("PAW_ALLOW_REGISTRATION", default=EMBEDDED)
 # The team new accounts join (self-registered or at their first single sign-on), made when
 # missing; empty: none.
 PAW_DEFAULT_TEAM = env.str("PAW_DEFAULT_TEAM", default="").strip()
+# The widest audience a shared conversation may have (conversations.selectors.shares):
+# "off" (no sharing; every share stops working), "teams" (the owner's teams only: shares
+# for every signed-in person stop working) or "signed_in" (every signed-in person).
+PAW_SHARING = env.str("PAW_SHARING", default="signed_in").strip().lower()
+if PAW_SHARING not in ("off", "teams", "signed_in"):
+    raise ImproperlyConfigured(f"PAW_SHARING={PAW_SHARING!r}: use off, teams or signed_in.")
 if DEBUG:
     REST_FRAMEWORK["DEFAULT_RENDERER_CLASSES"].append(
         "rest_framework.renderers.BrowsableAPIRenderer"

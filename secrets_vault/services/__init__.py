@@ -55,6 +55,7 @@ from secrets_vault.services.sandbox import (
     SandboxEnvironment,
     prompt_secret_values,
     sandbox_environment,
+    stored_secret_values,
 )
 from secrets_vault.services.secrets import (
     ReencryptResult,
@@ -119,4 +120,5 @@ __all__ = [
     "secret_update",
     "secrets_mark_used",
     "secrets_reencrypt",
+    "stored_secret_values",
 ]
