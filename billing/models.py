@@ -127,9 +127,7 @@ class TeamBudget(models.Model):
     ``0``: unlimited. A run of a member is refused at its start and stopped during it
     once this budget, or the member's own, is spent."""
 
-    team = models.OneToOneField(
-        "auth.Group", on_delete=models.CASCADE, related_name="token_budget"
-    )
+    team = models.OneToOneField("auth.Group", on_delete=models.CASCADE, related_name="token_budget")
     monthly_tokens = models.PositiveBigIntegerField(
         default=0,
         help_text="Tokens (input + output) per calendar month, UTC, over the members' "

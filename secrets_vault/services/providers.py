@@ -9,7 +9,7 @@ from django.db import transaction
 
 from paw_project.errors import InvalidRequest
 from secrets_vault.masking import secret_values_register
-from secrets_vault.models import CustomProvider, ProviderPreference
+from secrets_vault.models import CustomProvider, ProviderAccess, ProviderPreference
 from secrets_vault.providers import DEFAULT_PROVIDER_NAME, models_cache_reset
 from secrets_vault.selectors import (
     ProviderState,
@@ -238,9 +238,20 @@ def provider_default_set(
 def custom_provider_save(*, provider: CustomProvider) -> CustomProvider:
     """Validate and save a custom provider (name not a built-in one, known models a list
     of names, default model among them), and forget the cached model lists, so the
-    provider's list is read afresh. :class:`InvalidRequest` when invalid."""
+    provider's list is read afresh. A renamed provider keeps its access rule
+    (:class:`~secrets_vault.models.ProviderAccess`) unless its new name has one.
+    :class:`InvalidRequest` when invalid."""
     model_validate(provider)
-    provider.save()
+    with transaction.atomic():
+        before = (
+            CustomProvider.objects.filter(pk=provider.pk).values_list("name", flat=True).first()
+            if provider.pk
+            else None
+        )
+        provider.save()
+        renamed = before and before != provider.name
+        if renamed and not ProviderAccess.objects.filter(provider=provider.name).exists():
+            ProviderAccess.objects.filter(provider=before).update(provider=provider.name)
     models_cache_reset()
     transaction.on_commit(models_cache_reset)  # again: a list read meanwhile saw the old row
     return provider
