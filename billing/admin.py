@@ -46,7 +46,7 @@ class TeamBudgetInline(admin.StackedInline):
     fk_name = "team"
     can_delete = True
     max_num = 1
-    extra = 1
+    extra = 0  # "Add another" makes one: a team has no budget until an operator gives it one
     fields = ("monthly_tokens", "used_this_month")
     readonly_fields = ("used_this_month",)
     verbose_name = "token budget"
