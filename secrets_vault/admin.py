@@ -29,7 +29,7 @@ from secrets_vault.models import (
     ProviderModelLimit,
     Secret,
 )
-from secrets_vault.selectors import provider_names
+from secrets_vault.selectors import provider_access_list, provider_names
 from secrets_vault.services import (
     custom_provider_save,
     datasource_paw_database_check,
@@ -380,7 +380,8 @@ class KnowledgeEntryAdmin(PawModelAdmin):
 @admin.register(CustomProvider)
 class CustomProviderAdmin(PawModelAdmin):
     list_display = (
-        "name", "label", "base_url", "key_secret_name", "default_model", "vision", "enabled"
+        "name", "label", "base_url", "key_secret_name", "default_model", "vision", "enabled",
+        "access",
     )  # fmt: skip
     formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
     list_filter = ("enabled", "vision")
@@ -390,6 +391,14 @@ class CustomProviderAdmin(PawModelAdmin):
         self, request: HttpRequest, obj: CustomProvider, form: Any, change: bool
     ) -> None:
         custom_provider_save(provider=obj)
+
+    @admin.display(description="access")
+    def access(self, provider: CustomProvider) -> str:
+        """Who may use it (its *Provider access* rule; none: everyone)."""
+        (view,) = provider_access_list(provider=provider.name) or (None,)
+        if view is None or view.access == "everyone":
+            return "everyone"
+        return "teams: " + (", ".join(name for _, name in view.teams) or "none (staff only)")
 
 
 class ProviderAccessForm(forms.ModelForm):
