@@ -86,7 +86,7 @@ def test_the_picker_offers_only_what_ones_teams_may_use_and_the_run_uses_it(
     assert groups["Server default"] == ["scripted-alpha", "scripted-zeta"], groups
     assert automatic == "Automatic: Server default", automatic
     # Pick one of her models and ask: the run is answered by that model.
-    zeta = json.dumps(["default", "scripted-zeta"])
+    zeta = json.dumps(["default", "scripted-zeta"], separators=(",", ":"))  # as the page writes it
     page.select_option("#model-picker", value=zeta)
     wait_for(
         lambda: Conversation.objects.get(id=conversation.id).llm_model == "scripted-zeta",
