@@ -127,9 +127,10 @@ def provider_grants(*, user: User | None) -> ProviderGrants:
     or a member of one of its teams; staff always). Its models: every one, unless every
     team of ``user``'s through which they may use it (all their teams for an ``everyone``
     provider, the listed ones of theirs for a ``teams`` one) has a
-    :class:`~secrets_vault.models.ProviderModelLimit` — then the union of those limits,
-    in the order given. Staff have no limits; ``user`` ``None`` (PAW's own use, e.g.
-    embeddings) neither. Three queries at most."""
+    :class:`~secrets_vault.models.ProviderModelLimit` — then the union of those limits
+    (teams by id, each team's models in the order given). Staff have no limits; ``user``
+    ``None`` (PAW's own use, e.g. embeddings) neither. One query while no provider has a
+    rule, five at most."""
     if user is None or user.is_staff or user.is_superuser:
         return NO_LIMITS
     rules = list(ProviderAccess.objects.prefetch_related("teams"))
