@@ -32,19 +32,21 @@ from tests.secrets_vault.conftest import secret_value
 MODELS = ["scripted-alpha", "scripted-model", "scripted-zeta"]
 
 
+def forget_model_lists(scripted_model) -> None:
+    """Forget the model lists cached for the scripted model (under any key)."""
+    for key in ("", SCRIPTED_API_KEY):
+        models_cache_forget(base_url=scripted_model.base_url, api_key=key)
+
+
 @pytest.fixture
 def scripted_provider(settings, scripted_model):
     """The scripted model as the server default (``default``, listing ``MODELS``) and as
     the custom provider ``local`` (no key), the demo offered last; no worker (runs stay
     queued). Cached model lists are forgotten before and after."""
 
-    def forget() -> None:
-        for key in ("", SCRIPTED_API_KEY):
-            models_cache_forget(base_url=scripted_model.base_url, api_key=key)
-
     previous = scripted_model.script
     scripted_model.load({"api_key": SCRIPTED_API_KEY, "models": MODELS})
-    forget()
+    forget_model_lists(scripted_model)
     settings.PAW_LLM_BASE_URL = scripted_model.base_url
     settings.PAW_LLM_API_KEY = SCRIPTED_API_KEY
     settings.PAW_LLM_MODEL = "scripted-model"
@@ -55,7 +57,7 @@ def scripted_provider(settings, scripted_model):
         )
     )
     yield scripted_model
-    forget()
+    forget_model_lists(scripted_model)
     scripted_model.load(previous)
 
 
@@ -368,7 +370,7 @@ def test_a_renamed_custom_provider_keeps_its_rule_and_the_admin_sets_one(
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.slow
 def test_a_run_on_a_teams_model_is_answered_by_it_through_the_worker(
-    celery_worker, scripted_model, make_user
+    celery_worker, scripted_model, make_user, request
 ):
     """Through a real worker and paw-agent: the run a limited team's member starts runs on
     the team's model, as chosen (the worker checks the choice again at dispatch)."""
@@ -378,8 +380,9 @@ def test_a_run_on_a_teams_model_is_answered_by_it_through_the_worker(
         {"api_key": SCRIPTED_API_KEY, "models": MODELS, "untooled": "Title",
          "responses": ["The team's model answers."]}
     )  # fmt: skip
-    for key in ("", SCRIPTED_API_KEY):
-        models_cache_forget(base_url=scripted_model.base_url, api_key=key)
+    forget_model_lists(scripted_model)
+    request.addfinalizer(lambda: forget_model_lists(scripted_model))
+    scripted_model.clear_log()  # what earlier tests of the session sent
     provider_access_set(
         provider="default", model_limits=[{"team": analysts.pk, "models": ["scripted-zeta"]}]
     )
