@@ -13,6 +13,7 @@ import pytest
 
 from conversations.models import Conversation, Run
 from paw_project.errors import InvalidRequest
+from sandboxes.services import sandbox_spec_for
 from secrets_vault.models import CustomProvider, ProviderAccess, ProviderModelLimit
 from secrets_vault.providers import models_cache_forget
 from secrets_vault.selectors import provider_grants
@@ -403,3 +404,19 @@ def test_a_run_on_a_teams_model_is_answered_by_it_through_the_worker(
     assert "The team's model answers." in run["answer"]
     sent = [body.get("model") for body in scripted_model.requests if body.get("messages")]
     assert "scripted-zeta" in sent and "scripted-model" not in sent, sent
+
+
+def test_the_worker_checks_the_choice_again_when_the_run_starts(make_user, scripted_provider):
+    """A run queued while its provider was allowed, whose access is taken away before a
+    worker picks it up, is refused at dispatch (the sandbox's spec), naming the provider."""
+    alice = make_user("alice")
+    analysts = team_of("analysts", alice)
+    provider_access_set(provider="local", access=Access.TEAMS, team_ids=[analysts.pk])
+    conversation = Conversation.objects.create(user=alice)
+    started = start(api_client_for(alice), conversation, llm_provider="local")
+    assert started.status_code == 202, started.json()
+    analysts.user_set.remove(alice)
+    run = Run.objects.select_related("user", "conversation").get(id=started.json()["id"])
+    with pytest.raises(InvalidRequest, match="'local'") as refused:
+        sandbox_spec_for(run)
+    assert refused.value.code == "provider_not_allowed"
