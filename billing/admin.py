@@ -1,5 +1,7 @@
-"""Admin for operators: the usage ledger (read-only, with totals of the filtered rows) and
-each user's budgets (an inline on the user page, ``accounts.admin.UserAdmin``)."""
+"""Admin for operators: the usage ledger (read-only, with totals of the filtered rows),
+each user's budgets (an inline on the user page, ``accounts.admin.UserAdmin``) and each
+team's (an inline on the team's page, through ``teams.admin.TEAM_INLINES``, and the list
+of team budgets with each team's month)."""
 
 from __future__ import annotations
 
@@ -7,10 +9,20 @@ from typing import Any
 
 from django.contrib import admin
 from django.http import HttpRequest, HttpResponse
+from django.utils import timezone
 
-from billing.models import Budget, UsageEvent
-from billing.selectors import TOKENS, usage_totals
+from billing.models import Budget, TeamBudget, UsageEvent
+from billing.selectors import TOKENS, month_start, team_tokens_used, usage_totals
 from paw_project.adminkit import PawModelAdmin
+from teams.admin import TEAM_INLINES
+
+
+def _team_month(budget: TeamBudget | None) -> str:
+    """A team's month as the admin shows it: "1234 of 5000 tokens" (or "of unlimited")."""
+    if budget is None or budget.team_id is None:
+        return "-"
+    used = team_tokens_used(team_id=budget.team_id, since=month_start(timezone.now()))
+    return f"{used} of {budget.monthly_tokens or 'unlimited'} tokens"
 
 
 class BudgetInline(admin.StackedInline):
@@ -24,6 +36,45 @@ class BudgetInline(admin.StackedInline):
     fields = ("monthly_tokens", "run_tokens")
     verbose_name = "token budget"
     verbose_name_plural = "token budget (empty: the server default; 0: unlimited)"
+
+
+class TeamBudgetInline(admin.StackedInline):
+    """A team's monthly token budget (0: unlimited) and its month so far, on the team's
+    page."""
+
+    model = TeamBudget
+    fk_name = "team"
+    can_delete = True
+    max_num = 1
+    extra = 0  # "Add another" makes one: a team has no budget until an operator gives it one
+    fields = ("monthly_tokens", "used_this_month")
+    readonly_fields = ("used_this_month",)
+    verbose_name = "token budget"
+    verbose_name_plural = (
+        "token budget (tokens per calendar month, UTC, over its members' runs; 0: unlimited)"
+    )
+
+    @admin.display(description="used this month (UTC)")
+    def used_this_month(self, budget: TeamBudget) -> str:
+        return _team_month(budget if budget.pk else None)
+
+
+TEAM_INLINES.append(TeamBudgetInline)
+
+
+@admin.register(TeamBudget)
+class TeamBudgetAdmin(PawModelAdmin):
+    """Every team's budget with its month so far (the ledger rows naming the team)."""
+
+    list_display = ("team", "monthly_tokens", "used_this_month", "updated")
+    list_select_related = ("team",)
+    ordering = ("team__name",)
+    fields = ("team", "monthly_tokens", "used_this_month")
+    readonly_fields = ("used_this_month",)
+
+    @admin.display(description="used this month (UTC)")
+    def used_this_month(self, budget: TeamBudget) -> str:
+        return _team_month(budget if budget.pk else None)
 
 
 @admin.register(UsageEvent)
@@ -47,6 +98,7 @@ class UsageEventAdmin(PawModelAdmin):
     )
     list_filter = (
         ("user", admin.RelatedOnlyFieldListFilter),
+        ("teams", admin.RelatedOnlyFieldListFilter),
         "model",
         "provider",
         ("created", admin.DateFieldListFilter),
@@ -57,7 +109,7 @@ class UsageEventAdmin(PawModelAdmin):
     date_hierarchy = "created"
     search_fields = ("=run__id", "=conversation__id", "user__username", "model")
     list_select_related = ("user", "conversation")
-    readonly_fields = [f.name for f in UsageEvent._meta.fields]
+    readonly_fields = [f.name for f in UsageEvent._meta.fields] + ["teams"]
 
     @admin.display(description="tokens", ordering=TOKENS)
     def tokens(self, event: UsageEvent) -> int:

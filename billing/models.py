@@ -20,6 +20,10 @@ class UsageEvent(models.Model):
     and the text streamed). The row outlives its conversation and run (both become
     ``NULL`` when deleted), so deleting a conversation never gives a budget back.
 
+    ``teams``: the teams the user was a member of when the row was written; a team's
+    monthly budget counts the rows that name it (its members' usage while they were
+    members). A many-to-many relation rather than an array, for SQLite (embedded mode).
+
     ``demo`` rows are the offline demo's runs (provider ``demo``): listed like any other,
     left out of what budgets count (``billing.selectors.tokens_used``).
     """
@@ -64,6 +68,13 @@ class UsageEvent(models.Model):
         ),
     )
     created = models.DateTimeField(default=timezone.now, editable=False)
+    teams = models.ManyToManyField(
+        "auth.Group",
+        blank=True,
+        related_name="+",
+        help_text="The teams its user was a member of when the run ended: the team budgets "
+        "it counts against.",
+    )
 
     class Meta:
         ordering = ("-created", "-id")
@@ -108,3 +119,24 @@ class Budget(models.Model):
 
     def __str__(self) -> str:
         return f"Budget of {self.user}"
+
+
+class TeamBudget(models.Model):
+    """A team's monthly token budget: the tokens (input + output) of the runs its members
+    finished while they were members (``UsageEvent.teams``) per calendar month (UTC).
+    ``0``: unlimited. A run of a member is refused at its start and stopped during it
+    once this budget, or the member's own, is spent."""
+
+    team = models.OneToOneField("auth.Group", on_delete=models.CASCADE, related_name="token_budget")
+    monthly_tokens = models.PositiveBigIntegerField(
+        default=0,
+        help_text="Tokens (input + output) per calendar month, UTC, over the members' "
+        "runs; 0: unlimited.",
+    )
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "team token budget"
+
+    def __str__(self) -> str:
+        return f"Budget of team {self.team}"

@@ -16,9 +16,10 @@ from django.db.models import Count, F, QuerySet, Sum
 from django.db.models.functions import Coalesce, TruncDate
 from django.utils import timezone
 
-from billing.models import Budget, UsageEvent
+from billing.models import Budget, TeamBudget, UsageEvent
 from paw_project.demo import DEMO_PROVIDER_NAME
 from paw_project.errors import Forbidden, InvalidRequest, NotFound
+from teams.selectors import user_team_ids
 
 #: Longest date range the usage report covers (days, both ends included).
 MAX_RANGE_DAYS = 366
@@ -89,12 +90,77 @@ def tokens_used(*, user_id: int, since: datetime, until: datetime | None = None)
     return events.aggregate(tokens=Coalesce(Sum(TOKENS), 0))["tokens"]
 
 
+@dataclass(frozen=True)
+class TeamLimit:
+    """A team's monthly budget: ``team_id``, ``name``, ``monthly`` tokens (never 0 here:
+    teams without a budget have no :class:`TeamLimit`)."""
+
+    team_id: int
+    name: str
+    monthly: int
+
+
+def team_limits(*, team_ids: frozenset[int] | set[int]) -> list[TeamLimit]:
+    """The budgets of the teams ``team_ids`` that have one (``monthly_tokens`` over 0),
+    by team name. One query (none for no team)."""
+    if not team_ids:
+        return []
+    rows = (
+        TeamBudget.objects.filter(team_id__in=team_ids, monthly_tokens__gt=0)
+        .order_by("team__name")
+        .values_list("team_id", "team__name", "monthly_tokens")
+    )
+    return [TeamLimit(team_id=t, name=name, monthly=limit) for t, name, limit in rows]
+
+
+def user_team_limits(*, user_id: int) -> list[TeamLimit]:
+    """The budgets of the teams the user ``user_id`` is a member of now (by name)."""
+    user = get_user_model()(pk=user_id)
+    return team_limits(team_ids=user_team_ids(user))
+
+
+def team_tokens_used(*, team_id: int, since: datetime, until: datetime | None = None) -> int:
+    """Tokens (input + output) of the finished runs that count against the team
+    ``team_id`` (``UsageEvent.teams``: its members' runs while they were members) from
+    ``since`` (inclusive) to ``until`` (exclusive; open-ended when ``None``), demo usage
+    left out. One query."""
+    events = UsageEvent.objects.filter(teams__id=team_id, created__gte=since, demo=False)
+    if until is not None:
+        events = events.filter(created__lt=until)
+    return events.aggregate(tokens=Coalesce(Sum(TOKENS), 0))["tokens"]
+
+
+def team_budget_status(
+    *, team_id: int, name: str, limit: int, now: datetime | None = None
+) -> dict[str, Any]:
+    """A team's month: ``{"id", "name", "monthly_limit", "used_this_month",
+    "resets_at"}`` (tokens; 0 = unlimited; ``resets_at`` the next month's start, UTC)."""
+    now = now or timezone.now()
+    resets_at = next_month_start(now)
+    return {
+        "id": team_id,
+        "name": name,
+        "monthly_limit": limit,
+        "used_this_month": team_tokens_used(
+            team_id=team_id, since=month_start(now), until=resets_at
+        ),
+        "resets_at": resets_at,
+    }
+
+
+def team_budget_get(*, team_id: int) -> int:
+    """The team's monthly budget in tokens (0: none, unlimited)."""
+    row = TeamBudget.objects.filter(team_id=team_id).values_list("monthly_tokens", flat=True)
+    return row.first() or 0
+
+
 def budget_status(*, user_id: int, now: datetime | None = None) -> dict[str, Any]:
     """Where the user stands against their budgets: ``{"monthly_limit": int,
     "used_this_month": int, "resets_at": datetime, "run_limit": int}``. Limits are
     tokens (per calendar month in UTC, per run; 0 = unlimited), ``used_this_month`` the
     tokens of runs that ended since the month began (demo usage left out), ``resets_at`` the next month's
-    start (UTC)."""
+    start (UTC); ``"teams"``: the budgets of the user's teams that have one, by name, each
+    :func:`team_budget_status` (what the team's members used this month while members)."""
     now = now or timezone.now()
     limits = budget_limits(user_id=user_id)
     resets_at = next_month_start(now)
@@ -103,6 +169,10 @@ def budget_status(*, user_id: int, now: datetime | None = None) -> dict[str, Any
         "used_this_month": tokens_used(user_id=user_id, since=month_start(now), until=resets_at),
         "resets_at": resets_at,
         "run_limit": limits.run,
+        "teams": [
+            team_budget_status(team_id=team.team_id, name=team.name, limit=team.monthly, now=now)
+            for team in user_team_limits(user_id=user_id)
+        ],
     }
 
 

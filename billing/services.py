@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -19,17 +19,21 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from billing.models import UsageEvent
+from billing.models import TeamBudget, UsageEvent
 from billing.selectors import (
+    TeamLimit,
     budget_limits,
     iso_utc,
     month_start,
     next_month_start,
+    team_tokens_used,
     tokens_used,
     usage_is_demo,
+    user_team_limits,
 )
 from paw_project import metrics
-from paw_project.errors import BudgetExhausted
+from paw_project.errors import BudgetExhausted, InvalidRequest
+from teams.selectors import user_team_ids
 
 logger = logging.getLogger(__name__)
 
@@ -88,7 +92,8 @@ def usage_estimate(*, sent_chars: int, streamed_chars: int, rounds: int = 0) -> 
 def usage_record(*, run: Any) -> UsageEvent:
     """Write the ledger row of a finished run (``run.usage`` = ``{"input", "output",
     "rounds", "estimated"}``, tokens; missing keys count 0), attributed to its user,
-    conversation, provider and model; a run of the offline demo's provider is marked
+    conversation, provider and model, and to the teams its user is a member of now (the
+    team budgets it counts against); a run of the offline demo's provider is marked
     ``demo`` (:func:`~billing.selectors.usage_is_demo`).
 
     Called by ``conversations.services.runs`` in the transaction that finishes the run,
@@ -113,6 +118,7 @@ def usage_record(*, run: Any) -> UsageEvent:
         },
     )
     if created:
+        event.teams.set(user_team_ids(run.user))
         transaction.on_commit(
             lambda: metrics.tokens_used(
                 provider=event.provider,
@@ -128,32 +134,49 @@ def usage_record(*, run: Any) -> UsageEvent:
 
 
 def budget_check_start(*, user_id: int, provider: str = "", now: datetime | None = None) -> None:
-    """Refuse to start a run on ``provider`` once the user's monthly budget is used up.
-    A run of the offline demo (:func:`~billing.selectors.usage_is_demo`) always starts:
-    it costs nothing, so no budget applies to it.
+    """Refuse to start a run on ``provider`` once the user's monthly budget, or the
+    monthly budget of one of their teams (:class:`~billing.models.TeamBudget`), is used
+    up. A run of the offline demo (:func:`~billing.selectors.usage_is_demo`) always
+    starts: it costs nothing, so no budget applies to it.
 
     Raises :class:`BudgetExhausted` (402, ``budget_exhausted``) with ``extra``
     ``{"used": int, "limit": int, "resets_at": "YYYY-MM-01T00:00:00Z"}`` (tokens; the
-    next month's start, UTC) when the tokens used this month are at or over the limit. A
-    user one token under it can start (the run itself is then stopped once it passes the
-    limit: :class:`RunBudgetGuard`). No query beyond the budget's when it is unlimited.
+    next month's start, UTC) when the tokens used this month are at or over the limit;
+    for a team's budget the detail names the team ("... team analysts ...") and
+    ``extra`` adds ``"team": {"id", "name"}``. A user one token under it can start (the
+    run itself is then stopped once it passes the limit: :class:`RunBudgetGuard`). Two
+    queries when nothing is limited (the user's budget, their teams' budgets).
     """
     if usage_is_demo(provider=provider):
         return
-    limit = budget_limits(user_id=user_id).monthly
-    if not limit:
-        return
     now = now or timezone.now()
     resets_at = next_month_start(now)
-    used = tokens_used(user_id=user_id, since=month_start(now), until=resets_at)
-    if used >= limit:
-        metrics.budget_refused(stage="start")
-        raise BudgetExhausted(
-            f"Your monthly token budget is used up ({used} of {limit} tokens); "
-            f"it resets on {resets_at:%Y-%m-%d} (UTC).",
-            code="budget_exhausted",
-            extra={"used": used, "limit": limit, "resets_at": iso_utc(resets_at)},
-        )
+    limit = budget_limits(user_id=user_id).monthly
+    if limit:
+        used = tokens_used(user_id=user_id, since=month_start(now), until=resets_at)
+        if used >= limit:
+            metrics.budget_refused(stage="start")
+            raise BudgetExhausted(
+                f"Your monthly token budget is used up ({used} of {limit} tokens); "
+                f"it resets on {resets_at:%Y-%m-%d} (UTC).",
+                code="budget_exhausted",
+                extra={"used": used, "limit": limit, "resets_at": iso_utc(resets_at)},
+            )
+    for team in user_team_limits(user_id=user_id):
+        used = team_tokens_used(team_id=team.team_id, since=month_start(now), until=resets_at)
+        if used >= team.monthly:
+            metrics.budget_refused(stage="start")
+            raise BudgetExhausted(
+                f"The monthly token budget of team {team.name} is used up ({used} of "
+                f"{team.monthly} tokens); it resets on {resets_at:%Y-%m-%d} (UTC).",
+                code="budget_exhausted",
+                extra={
+                    "used": used,
+                    "limit": team.monthly,
+                    "resets_at": iso_utc(resets_at),
+                    "team": {"id": team.team_id, "name": team.name},
+                },
+            )
 
 
 @dataclass
@@ -167,6 +190,10 @@ class _RunBudget:
     tokens: int = 0  # the run's latest running total
     seen_at: float = 0.0  # when its latest usage line was checked (monotonic)
     demo: bool = False  # the offline demo's run: no limit, and it counts for nobody
+    # The budgets of the user's teams (at the run's first usage line), and per team the
+    # tokens of its members' finished runs this month (this run excluded).
+    teams: list[TeamLimit] = field(default_factory=list)
+    team_used_before: dict[int, int] = field(default_factory=dict)
 
 
 def _run_is_demo(run_id: uuid.UUID) -> bool:
@@ -183,12 +210,15 @@ class RunBudgetGuard:
     (not thread-safe).
 
     Cheap on the hot path: a run's limits are loaded once, at its first usage line
-    (three small queries); after that a check is arithmetic, plus one ledger sum every
-    ``MONTHLY_REFRESH_SECONDS`` while a monthly limit applies.
+    (four small queries, and one per team with a budget); after that a check is
+    arithmetic, plus one ledger sum per monthly limit (the user's, each team's) every
+    ``MONTHLY_REFRESH_SECONDS``.
 
     The monthly check counts the user's finished runs (the ledger), the run itself, and
-    the running totals of the user's other runs going on on this node. Runs on other
-    nodes count once they end (within ``MONTHLY_REFRESH_SECONDS``). A run of the offline
+    the running totals of the user's other runs going on on this node. Each budget of the
+    user's teams (their teams at the run's first usage line) likewise counts the ledger
+    rows of the team, the run, and the runs going on here of everyone counting against
+    that team. Runs on other nodes count once they end (within ``MONTHLY_REFRESH_SECONDS``). A run of the offline
     demo (its provider, read once with its limits) is never stopped and counts for no
     other run: demo usage is not charged to budgets.
     """
@@ -198,9 +228,11 @@ class RunBudgetGuard:
 
     def check(self, *, run_id: uuid.UUID, user_id: int, usage: dict[str, Any]) -> str | None:
         """``None`` while the run is within its budgets, else the reason to stop it (a
-        sentence for the person). ``user_id``: the run's user; ``usage``: ``{"input",
-        "output", ...}`` running totals (tokens). A run is stopped once it is *past* a limit: its tokens over the run
-        limit, or this month's tokens (its own included) over the monthly limit."""
+        sentence for the person; a team's budget is named: "... team analysts ...").
+        ``user_id``: the run's user; ``usage``: ``{"input", "output", ...}`` running totals
+        (tokens). A run is stopped once it is *past* a limit: its tokens over the run
+        limit, or this month's tokens (its own included) over the monthly limit, the
+        user's or one of their teams'."""
         budget = self._budget(run_id, user_id)
         tokens = _count(usage.get("input")) + _count(usage.get("output"))
         budget.tokens = tokens
@@ -210,8 +242,9 @@ class RunBudgetGuard:
                 f"The run used {tokens} tokens, more than its budget of {budget.run_limit} "
                 "tokens per run, so PAW stopped it."
             )
-        if budget.monthly_limit:
+        if budget.monthly_limit or budget.teams:
             self._refresh(budget)
+        if budget.monthly_limit:
             others = sum(
                 other.tokens
                 for other_id, other in self._runs.items()
@@ -223,6 +256,19 @@ class RunBudgetGuard:
                     f"Your monthly token budget of {budget.monthly_limit} tokens is used up "
                     f"({used} tokens this month), so PAW stopped the run; it resets on "
                     f"{next_month_start(budget.month):%Y-%m-%d} (UTC)."
+                )
+        for team in budget.teams:
+            others = sum(
+                other.tokens
+                for other_id, other in self._runs.items()
+                if other_id != run_id and not other.demo and team.team_id in other.team_used_before
+            )
+            used = budget.team_used_before.get(team.team_id, 0) + others + tokens
+            if used > team.monthly:
+                return (
+                    f"The monthly token budget of team {team.name} ({team.monthly} tokens) is "
+                    f"used up ({used} tokens this month by its members), so PAW stopped the "
+                    f"run; it resets on {next_month_start(budget.month):%Y-%m-%d} (UTC)."
                 )
         return None
 
@@ -236,6 +282,8 @@ class RunBudgetGuard:
         for other in self._runs.values():
             if other.user_id == ended.user_id:
                 other.used_before += ended.tokens
+            for team_id in ended.team_used_before.keys() & other.team_used_before.keys():
+                other.team_used_before[team_id] += ended.tokens
 
     def _budget(self, run_id: uuid.UUID, user_id: int) -> _RunBudget:
         budget = self._runs.get(run_id)
@@ -251,6 +299,7 @@ class RunBudgetGuard:
             self._runs[run_id] = budget
             return budget
         limits = budget_limits(user_id=user_id)
+        teams = user_team_limits(user_id=user_id)
         budget = _RunBudget(
             user_id=user_id,
             run_limit=limits.run,
@@ -258,6 +307,10 @@ class RunBudgetGuard:
             month=month,
             used_before=tokens_used(user_id=user_id, since=month) if limits.monthly else 0,
             loaded_at=time.monotonic(),
+            teams=teams,
+            team_used_before={
+                team.team_id: team_tokens_used(team_id=team.team_id, since=month) for team in teams
+            },
         )
         self._runs[run_id] = budget
         return budget
@@ -274,5 +327,28 @@ class RunBudgetGuard:
         if time.monotonic() - budget.loaded_at < MONTHLY_REFRESH_SECONDS:
             return
         budget.month = month_start(timezone.now())
-        budget.used_before = tokens_used(user_id=budget.user_id, since=budget.month)
+        if budget.monthly_limit:
+            budget.used_before = tokens_used(user_id=budget.user_id, since=budget.month)
+        for team in budget.teams:
+            budget.team_used_before[team.team_id] = team_tokens_used(
+                team_id=team.team_id, since=budget.month
+            )
         budget.loaded_at = time.monotonic()
+
+
+def team_budget_set(*, team_id: int, monthly_tokens: int) -> TeamBudget:
+    """Set the monthly token budget of the team ``team_id`` (tokens, input + output, per
+    calendar month in UTC, over its members' runs; ``0``: unlimited). Raises
+    :class:`InvalidRequest` ``invalid`` for a negative or non-integer value."""
+    if (
+        isinstance(monthly_tokens, bool)
+        or not isinstance(monthly_tokens, int)
+        or monthly_tokens < 0
+    ):
+        raise InvalidRequest(
+            "monthly_tokens is a whole number of tokens, 0 or more.", code="invalid"
+        )
+    budget, _ = TeamBudget.objects.update_or_create(
+        team_id=team_id, defaults={"monthly_tokens": monthly_tokens}
+    )
+    return budget

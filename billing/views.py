@@ -29,7 +29,7 @@ def _month(value: str | None) -> date:
 @login_required
 def usage_page(request: HttpRequest) -> HttpResponse:
     """``/usage/[?month=YYYY-MM]``: the signed-in person's tokens of one calendar month
-    (UTC): totals, the budget, a daily chart (server-rendered SVG), and tables by model
+    (UTC): totals, the budget and the person's teams' budgets, a daily chart (server-rendered SVG), and tables by model
     and by conversation."""
     first = _month(request.GET.get("month"))
     last = next_month_start(day_start(first)).date() - timedelta(days=1)
@@ -47,6 +47,14 @@ def usage_page(request: HttpRequest) -> HttpResponse:
         "chart": daily_bar_chart(report["daily"]),
         "budget": budget,
         "budget_left": max(budget["monthly_limit"] - budget["used_this_month"], 0),
+        "team_budgets": [
+            {
+                **team,
+                "left": max(team["monthly_limit"] - team["used_this_month"], 0),
+                "percent": round(100 * team["used_this_month"] / team["monthly_limit"]),
+            }
+            for team in budget["teams"]
+        ],
         "budget_percent": (
             round(100 * budget["used_this_month"] / budget["monthly_limit"])
             if budget["monthly_limit"]

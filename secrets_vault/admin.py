@@ -1,7 +1,9 @@
 """Admin for secrets (values write-only, never shown), datasources (with "Test
 connection" and "Refresh schema" actions, and their knowledge inline: the harvested schema
-read-only, docs and examples editable, an example's SQL checked when saved) and custom
-providers. Each save goes through a service."""
+read-only, docs and examples editable, an example's SQL checked when saved), custom
+providers and who may use each provider and model (*Provider access*, and on a team's
+page the providers limited to it and its model limits). Each save goes through a
+service."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.widgets import FilteredSelectMultiple
 from django.db import models
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
@@ -18,7 +21,15 @@ from django.views.decorators.debug import sensitive_post_parameters
 
 from paw_project.adminkit import ADD_FORM_HIDDEN_FIELDS, PawModelAdmin
 from paw_project.errors import DomainError
-from secrets_vault.models import CustomProvider, Datasource, KnowledgeEntry, Secret
+from secrets_vault.models import (
+    CustomProvider,
+    Datasource,
+    KnowledgeEntry,
+    ProviderAccess,
+    ProviderModelLimit,
+    Secret,
+)
+from secrets_vault.selectors import provider_access_list, provider_names
 from secrets_vault.services import (
     custom_provider_save,
     datasource_paw_database_check,
@@ -33,6 +44,7 @@ from secrets_vault.services import (
     secret_save,
 )
 from secrets_vault.services.secrets import SECRET_VALUE_MAX_LENGTH
+from teams.admin import TEAM_INLINES
 
 
 class SecretAdminForm(forms.ModelForm):
@@ -370,7 +382,8 @@ class KnowledgeEntryAdmin(PawModelAdmin):
 @admin.register(CustomProvider)
 class CustomProviderAdmin(PawModelAdmin):
     list_display = (
-        "name", "label", "base_url", "key_secret_name", "default_model", "vision", "enabled"
+        "name", "label", "base_url", "key_secret_name", "default_model", "vision", "enabled",
+        "access",
     )  # fmt: skip
     formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
     list_filter = ("enabled", "vision")
@@ -380,3 +393,88 @@ class CustomProviderAdmin(PawModelAdmin):
         self, request: HttpRequest, obj: CustomProvider, form: Any, change: bool
     ) -> None:
         custom_provider_save(provider=obj)
+
+    @admin.display(description="access")
+    def access(self, provider: CustomProvider) -> str:
+        """Who may use it (its *Provider access* rule; none: everyone)."""
+        (view,) = provider_access_list(provider=provider.name) or (None,)
+        if view is None or view.access == "everyone":
+            return "everyone"
+        return "teams: " + (", ".join(name for _, name in view.teams) or "none (staff only)")
+
+
+class ProviderAccessForm(forms.ModelForm):
+    """A provider's rule: the provider chosen among those that exist (and the rule's own,
+    when its custom provider was deleted since)."""
+
+    provider = forms.ChoiceField(choices=())
+
+    class Meta:
+        model = ProviderAccess
+        fields = ("provider", "access", "teams")
+        widgets = {"teams": FilteredSelectMultiple("teams", is_stacked=False)}
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        choices = [(name, f"{label} ({name})") for name, label in provider_names()]
+        if self.instance.pk and self.instance.provider not in dict(choices):
+            choices.append(
+                (self.instance.provider, f"{self.instance.provider} (no such provider now)")
+            )
+        self.fields["provider"].choices = choices
+
+
+class ProviderModelLimitInline(admin.TabularInline):
+    """The teams limited to some of the provider's models (exact names)."""
+
+    model = ProviderModelLimit
+    fk_name = "access"
+    extra = 0
+    fields = ("team", "allowed_models")
+    verbose_name = "team's models"
+    verbose_name_plural = (
+        "models per team (a team listed here may use only these models of the provider)"
+    )
+
+
+@admin.register(ProviderAccess)
+class ProviderAccessAdmin(PawModelAdmin):
+    """Who may use each provider through the operator's key: everyone (also a provider
+    with no row here) or the members of its teams (staff always), and per team the only
+    models it may use. A person's own key is theirs whatever this says."""
+
+    form = ProviderAccessForm
+    list_display = ("provider", "access", "team_names", "updated_at")
+    list_filter = ("access",)
+    search_fields = ("provider",)
+    inlines = (ProviderModelLimitInline,)
+
+    @admin.display(description="teams")
+    def team_names(self, rule: ProviderAccess) -> str:
+        return ", ".join(sorted(team.name for team in rule.teams.all())) or "-"
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[ProviderAccess]:
+        return super().get_queryset(request).prefetch_related("teams")
+
+
+class TeamProviderAccessInline(admin.TabularInline):
+    """On a team's page: the providers limited to teams that list this one."""
+
+    model = ProviderAccess.teams.through
+    extra = 0
+    verbose_name = "provider limited to its teams"
+    verbose_name_plural = "providers this team may use (of those limited to teams)"
+
+
+class TeamModelLimitInline(admin.TabularInline):
+    """On a team's page: the providers of which it may use only some models."""
+
+    model = ProviderModelLimit
+    fk_name = "team"
+    extra = 0
+    fields = ("access", "allowed_models")
+    verbose_name = "model limit"
+    verbose_name_plural = "model limits (the only models of a provider this team may use)"
+
+
+TEAM_INLINES.extend((TeamProviderAccessInline, TeamModelLimitInline))

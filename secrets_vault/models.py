@@ -13,7 +13,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from secrets_vault.fields import EncryptedSecretField
-from teams.models import AccessRuled
+from teams.models import Access, AccessRuled
 
 SECRET_NAME_PATTERN = r"^[A-Z][A-Z0-9_]{0,63}$"  # noqa: S105 - a pattern, not a password
 secret_name_validator = RegexValidator(
@@ -352,3 +352,84 @@ class ProviderPreference(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user}: {self.llm_provider or '-'} {self.llm_model}".strip()
+
+
+class ProviderAccess(AccessRuled):
+    """Who may use one provider through the operator's key or endpoint: ``provider`` is
+    its name (a built-in one, ``default`` for ``PAW_LLM_*``, ``demo``, or a custom
+    provider's), so a provider defined in settings has its rule as a custom one does.
+
+    Unlike a datasource, a provider without a row, and a new row, is open to everyone
+    signed in (as providers were before teams); ``teams`` limits it to the members of the
+    listed teams (staff always). A person's own key (their secret of the provider's key
+    name) is theirs whatever the rule. Read only through
+    :func:`secrets_vault.selectors.provider_grants` (on :func:`teams.selectors.accessible`).
+    """
+
+    provider = models.CharField(
+        max_length=64,
+        unique=True,
+        validators=[
+            RegexValidator(
+                PROVIDER_NAME_PATTERN,
+                "A provider name is a lower-case letter, then lower-case letters, digits, "
+                "'-' or '_'.",
+                code="invalid_name",
+            )
+        ],
+        help_text="The provider's name: openai, anthropic, gemini, mistral, default (the "
+        "server's PAW_LLM_*), demo, or a custom provider's name.",
+    )
+    access = models.CharField(
+        max_length=16,
+        choices=Access.choices,
+        default=Access.EVERYONE,
+        help_text="Everyone signed in, or only the members of the teams below (staff always).",
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ("provider",)
+        verbose_name = "provider access"
+        verbose_name_plural = "provider access"
+
+    def __str__(self) -> str:
+        return f"Access to {self.provider}"
+
+
+class ProviderModelLimit(models.Model):
+    """The only models of a provider (``access.provider``) a team's members may use
+    through the operator's key: exact model names. A person whose every team that may use
+    the provider is limited gets the union of those teams' models; one team without a
+    limit (or no team at all) gives every model."""
+
+    access = models.ForeignKey(
+        ProviderAccess, on_delete=models.CASCADE, related_name="model_limits"
+    )
+    team = models.ForeignKey(
+        "auth.Group", on_delete=models.CASCADE, related_name="provider_model_limits"
+    )
+    allowed_models = models.JSONField(
+        default=list,
+        help_text='The model names this team may use, e.g. ["gpt-4o-mini"].',
+    )
+
+    class Meta:
+        ordering = ("access__provider", "team__name")
+        constraints = [
+            models.UniqueConstraint(fields=["access", "team"], name="provider_model_limit_once")
+        ]
+        verbose_name = "model limit"
+
+    def __str__(self) -> str:
+        return f"{self.team} on {self.access.provider}: {', '.join(self.allowed_models)}"
+
+    def clean(self) -> None:
+        if (
+            not isinstance(self.allowed_models, list)
+            or not self.allowed_models
+            or not all(isinstance(item, str) and item.strip() for item in self.allowed_models)
+        ):
+            raise ValidationError(
+                {"allowed_models": "Give a JSON list of one or more model names."}
+            )

@@ -9,7 +9,7 @@ import math
 import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -22,6 +22,8 @@ from secrets_vault.models import (
     CustomProvider,
     Datasource,
     KnowledgeEntry,
+    ProviderAccess,
+    ProviderModelLimit,
     ProviderPreference,
     Secret,
 )
@@ -36,6 +38,8 @@ from secrets_vault.providers import (
     models_list,
 )
 from secrets_vault.vectors import vector_from_bytes
+from teams.models import Access
+from teams.selectors import accessible, user_team_ids
 
 if TYPE_CHECKING:
     from accounts.models import User
@@ -93,13 +97,78 @@ def datasource_list(*, enabled_only: bool = True) -> QuerySet[Datasource]:
 
 
 @dataclass(frozen=True)
+class ProviderGrants:
+    """What one person may use of the operators' providers (their keys and endpoints):
+    ``denied`` the names of the providers they may not use; ``models`` per provider name
+    the only model names they may use (a provider absent from it: every model). A
+    person's own key is not covered: it is theirs whatever these say."""
+
+    denied: frozenset[str] = frozenset()
+    models: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def allows(self, name: str) -> bool:
+        """Whether the provider ``name`` may be used through the operator's key."""
+        return name not in self.denied
+
+    def allowed_models(self, name: str) -> tuple[str, ...] | None:
+        """The only models of ``name`` allowed, or ``None`` for every one."""
+        return self.models.get(name)
+
+
+#: What a provider's rule grants when nothing limits it (staff, the system's own use).
+NO_LIMITS = ProviderGrants()
+
+
+def provider_grants(*, user: User | None) -> ProviderGrants:
+    """The one rule of who may use which provider and model through the operator's key.
+
+    A provider is usable when it has no :class:`~secrets_vault.models.ProviderAccess`
+    row, or when :func:`teams.selectors.accessible` lets ``user`` use its row (everyone,
+    or a member of one of its teams; staff always). Its models: every one, unless every
+    team of ``user``'s through which they may use it (all their teams for an ``everyone``
+    provider, the listed ones of theirs for a ``teams`` one) has a
+    :class:`~secrets_vault.models.ProviderModelLimit` — then the union of those limits
+    (teams by id, each team's models in the order given). Staff have no limits; ``user``
+    ``None`` (PAW's own use, e.g. embeddings) neither. One query while no provider has a
+    rule, five at most."""
+    if user is None or user.is_staff or user.is_superuser:
+        return NO_LIMITS
+    rules = list(ProviderAccess.objects.prefetch_related("teams"))
+    if not rules:
+        return NO_LIMITS
+    usable = set(accessible(ProviderAccess.objects.all(), user).values_list("pk", flat=True))
+    denied = frozenset(rule.provider for rule in rules if rule.pk not in usable)
+    team_ids = user_team_ids(user)
+    limits: dict[int, dict[int, list[str]]] = {}
+    if team_ids:
+        for limit in ProviderModelLimit.objects.filter(team_id__in=team_ids):
+            limits.setdefault(limit.access_id, {})[limit.team_id] = list(limit.allowed_models)
+    models: dict[str, tuple[str, ...]] = {}
+    for rule in rules:
+        if rule.pk not in usable or rule.pk not in limits:
+            continue
+        granting = (
+            team_ids
+            if rule.access == Access.EVERYONE
+            else team_ids & {team.pk for team in rule.teams.all()}
+        )
+        if not granting or any(team not in limits[rule.pk] for team in granting):
+            continue  # no team (an everyone provider) or an unlimited team: every model
+        names = [name for team in sorted(granting) for name in limits[rule.pk][team]]
+        models[rule.provider] = tuple(dict.fromkeys(name.strip() for name in names))
+    return ProviderGrants(denied=denied, models=models)
+
+
+@dataclass(frozen=True)
 class ProviderState:
     """One provider as seen by one user, without its model list.
 
     ``api_key`` is the resolved key ("" when none is needed or none was found; never
     shown: ``repr`` leaves it out); ``key_name`` the secret (or setting) it came from;
     ``key_secret_id`` that secret's id, to note its use; ``vision_models`` the patterns of
-    its model names that accept images (``providers.model_accepts_images``).
+    its model names that accept images (``providers.model_accepts_images``);
+    ``allowed_models`` the only model names the user may use (:func:`provider_grants`;
+    ``None``: all) and ``own_key`` whether the key is the user's own secret.
     """
 
     name: str
@@ -113,6 +182,14 @@ class ProviderState:
     api_key: str = field(default="", repr=False)
     key_secret_id: int | None = None
     vision_models: tuple[str, ...] = ()
+    #: The only models the user may use (their teams' limits), ``None`` for every one.
+    allowed_models: tuple[str, ...] | None = None
+    #: The key is the user's own secret: theirs whatever their teams.
+    own_key: bool = False
+
+    def allows_model(self, model: str) -> bool:
+        """Whether the user may use ``model`` of this provider (their teams' limits)."""
+        return self.allowed_models is None or model in self.allowed_models
 
     def accepts_images(self, model: str) -> bool:
         """Whether ``model`` of this provider accepts image content parts."""
@@ -147,13 +224,21 @@ def _key_missing_reason(key_name: str) -> str:
     )
 
 
-def providers_for(*, user: User) -> list[ProviderState]:
+def providers_for(
+    *, user: User | None, grants: ProviderGrants | None = None
+) -> list[ProviderState]:
     """Every provider the user could pick, in the order "first active" follows: the
     server-wide default (only when configured), the built-in providers, the enabled
     custom providers by name, then the offline demo (only when ``PAW_DEMO_BASE_URL`` is
     set, so any real provider is preferred to it). A provider is active when it needs no key or its key
     secret resolves (the user's own, then a global one) and decrypts. The server's
-    process environment is never consulted."""
+    process environment is never consulted.
+
+    The access rule (``grants``, else :func:`provider_grants` of ``user``) leaves out
+    the providers the user may not use through the operator's key or endpoint, unless
+    the key is their own secret (theirs whatever their teams), and limits the models of
+    the others (``allowed_models``; the default model is then the provider's own when
+    allowed, else the first allowed one). ``user`` ``None``: PAW's own use (no rule)."""
     customs = list(CustomProvider.objects.filter(enabled=True))
     key_names = {spec.key_name for spec in BUILTIN_PROVIDERS}
     key_names |= {custom.key_secret_name for custom in customs if custom.key_secret_name}
@@ -180,6 +265,7 @@ def providers_for(*, user: User) -> list[ProviderState]:
             reason_if_inactive="",
             api_key=secret.value,
             key_secret_id=secret.pk,
+            own_key=secret.scope == Secret.Scope.USER,
             **kwargs,
         )
 
@@ -238,17 +324,33 @@ def providers_for(*, user: User) -> list[ProviderState]:
                 known_models=(DEMO_MODEL,),
             )
         )
-    return states
+    grants = provider_grants(user=user) if grants is None else grants
+    return [
+        _granted(state, grants) for state in states if state.own_key or grants.allows(state.name)
+    ]
+
+
+def _granted(state: ProviderState, grants: ProviderGrants) -> ProviderState:
+    """``state`` with the models ``grants`` allow (unchanged for the user's own key or a
+    provider whose models are not limited)."""
+    allowed = None if state.own_key else grants.allowed_models(state.name)
+    if allowed is None:
+        return state
+    known = tuple(name for name in state.known_models if name in allowed) or allowed
+    default = state.default_model if state.default_model in allowed else allowed[0]
+    return replace(state, allowed_models=allowed, known_models=known, default_model=default)
 
 
 def provider_models(state: ProviderState) -> list[str]:
     """The provider's models: its live list when it is active (cached; see
-    ``providers.models_list``), else its known models."""
+    ``providers.models_list``), else its known models; only those the user may use
+    (``state.allowed_models``)."""
     if not state.active:
         return list(state.known_models)
-    return models_list(
+    models = models_list(
         base_url=state.base_url, api_key=state.api_key, known_models=list(state.known_models)
     )
+    return [name for name in models if state.allows_model(name)]
 
 
 def provider_list(*, user: User) -> list[ProviderInfo]:
@@ -270,6 +372,75 @@ def provider_list(*, user: User) -> list[ProviderInfo]:
         )
         for state, models in zip(states, model_lists, strict=True)
     ]
+
+
+def provider_names() -> list[tuple[str, str]]:
+    """``(name, label)`` of every provider an operator may set access on, in the order of
+    :func:`providers_for`: the server default (when configured), the built-ins, every
+    custom provider (disabled ones too), the demo (when offered)."""
+    names = []
+    if provider_default_configured():
+        names.append((DEFAULT_PROVIDER_NAME, "Server default"))
+    names += [(spec.name, spec.label) for spec in BUILTIN_PROVIDERS]
+    names += [
+        (custom.name, custom.label or custom.name)
+        for custom in CustomProvider.objects.order_by("name")
+    ]
+    if settings.PAW_DEMO_BASE_URL:
+        names.append((DEMO_PROVIDER_NAME, DEMO_PROVIDER_LABEL))
+    return names
+
+
+@dataclass(frozen=True)
+class ProviderAccessView:
+    """One provider's access as operators see it: ``access`` (``everyone`` | ``teams``),
+    ``teams`` ``[(id, name)]`` by name, ``model_limits`` ``[(team id, team name, [model,
+    ...])]`` by team name; ``known`` whether the provider exists now (a rule outlives a
+    deleted custom provider, and applies again to a new one of the same name)."""
+
+    provider: str
+    label: str
+    access: str
+    teams: list[tuple[int, str]]
+    model_limits: list[tuple[int, str, list[str]]]
+    known: bool = True
+
+
+def provider_access_list(*, provider: str | None = None) -> list[ProviderAccessView]:
+    """The access of every provider (:func:`provider_names`, then rules of providers that
+    no longer exist), or of ``provider`` alone (empty when it is neither a provider nor a
+    rule's). A provider without a rule shows ``everyone`` and no limits."""
+    rules = {
+        rule.provider: rule
+        for rule in ProviderAccess.objects.prefetch_related("teams", "model_limits__team")
+    }
+    labels = dict(provider_names())
+    names = list(labels) + sorted(name for name in rules if name not in labels)
+    views = []
+    for name in names:
+        if provider is not None and name != provider:
+            continue
+        rule = rules.get(name)
+        teams = [(team.pk, team.name) for team in rule.teams.all()] if rule else []
+        limits = (
+            [
+                (lim.team_id, lim.team.name, list(lim.allowed_models))
+                for lim in rule.model_limits.all()
+            ]
+            if rule
+            else []
+        )
+        views.append(
+            ProviderAccessView(
+                provider=name,
+                label=labels.get(name, name),
+                access=rule.access if rule else Access.EVERYONE,
+                teams=sorted(teams, key=lambda team: team[1].lower()),
+                model_limits=sorted(limits, key=lambda limit: limit[1].lower()),
+                known=name in labels,
+            )
+        )
+    return views
 
 
 def provider_preference_get(*, user: User) -> ProviderPreference | None:

@@ -37,6 +37,18 @@ class UsageModel(UsageSums):
     model = serializers.CharField()
 
 
+class TeamBudgetOutput(serializers.Serializer):
+    id = serializers.IntegerField(help_text="The team's id.")
+    name = serializers.CharField()
+    monthly_limit = serializers.IntegerField(
+        help_text="Tokens per calendar month (UTC) over its members' runs; 0 = unlimited."
+    )
+    used_this_month = serializers.IntegerField(
+        help_text="Tokens its members' runs used since the month began, while members."
+    )
+    resets_at = serializers.DateTimeField(help_text="When the month ends (UTC).")
+
+
 class BudgetOutput(serializers.Serializer):
     monthly_limit = serializers.IntegerField(
         help_text="Tokens per calendar month (UTC); 0 = unlimited."
@@ -44,6 +56,9 @@ class BudgetOutput(serializers.Serializer):
     used_this_month = serializers.IntegerField(help_text="Tokens used since the month began.")
     resets_at = serializers.DateTimeField(help_text="When the month ends (UTC).")
     run_limit = serializers.IntegerField(help_text="Tokens per run; 0 = unlimited.")
+    teams = TeamBudgetOutput(
+        many=True, help_text="The budgets of the person's teams that have one, by name."
+    )
 
 
 class UsageUser(serializers.Serializer):

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from django.urls import path
 
-from secrets_vault.api import datasources, knowledge, operators, providers, secrets
+from secrets_vault.api import (
+    datasources,
+    knowledge,
+    operators,
+    provider_access,
+    providers,
+    secrets,
+)
 
 urlpatterns = [
     path("secrets", secrets.SecretListApi.as_view(), name="secret-list"),
@@ -17,6 +24,16 @@ urlpatterns = [
     ),
     path("providers", providers.ProviderListApi.as_view(), name="provider-list"),
     path("providers/default", providers.ProviderDefaultApi.as_view(), name="provider-default"),
+    path(
+        "admin/providers",
+        provider_access.AdminProviderAccessListApi.as_view(),
+        name="admin-provider-access-list",
+    ),
+    path(
+        "admin/providers/<str:name>",
+        provider_access.AdminProviderAccessDetailApi.as_view(),
+        name="admin-provider-access-detail",
+    ),
     path("admin/secrets", operators.AdminSecretListApi.as_view(), name="admin-secret-list"),
     path(
         "admin/secrets/<int:secret_id>",

@@ -5,6 +5,7 @@
 - ``datasources``: datasources (create, update, delete, validate for a run, test)
 - ``knowledge``: datasource knowledge (entries, schema refresh, vectors, what a run gets)
 - ``providers``: the provider and model of a run (:func:`provider_resolve`), user defaults
+- ``provider_access``: who may use which provider and model (:func:`provider_access_set`)
 - ``sandbox``: what a sandbox is given (:func:`sandbox_environment`)
 - ``demo``: the offline demo's datasource (the tips data set as SQLite)
 """
@@ -43,6 +44,7 @@ from secrets_vault.services.knowledge import (
     knowledge_for_run,
     knowledge_index_write,
 )
+from secrets_vault.services.provider_access import provider_access_set
 from secrets_vault.services.providers import (
     ProviderChoice,
     custom_provider_save,
@@ -109,6 +111,7 @@ __all__ = [
     "model_validate",
     "placeholders_resolve",
     "prompt_secret_values",
+    "provider_access_set",
     "provider_choice_check",
     "provider_default_set",
     "provider_resolve",

@@ -9,10 +9,11 @@ from django.db import transaction
 
 from paw_project.errors import InvalidRequest
 from secrets_vault.masking import secret_values_register
-from secrets_vault.models import CustomProvider, ProviderPreference
+from secrets_vault.models import CustomProvider, ProviderAccess, ProviderPreference
 from secrets_vault.providers import DEFAULT_PROVIDER_NAME, models_cache_reset
 from secrets_vault.selectors import (
     ProviderState,
+    provider_grants,
     provider_models,
     provider_preference_get,
     providers_for,
@@ -68,7 +69,16 @@ def provider_resolve(
     The first level naming a provider picks it; the model is the first one named at that
     level or above, else the provider's default model (else its first listed model).
 
+    Who may use what (:func:`~secrets_vault.selectors.provider_grants`): a provider the
+    user may not use is ``provider_not_allowed``, a model outside their teams' models
+    ``model_not_allowed`` (both naming it) when the run (or the caller) chose it; a stored
+    default (the conversation's, the user's) naming one is passed over instead (the next
+    level decides; a model outside their models leaves the provider's default model), so
+    a change of teams never stops a conversation. The automatic choice is among the
+    providers the user may use only.
+
     Raises :class:`InvalidRequest` (400) with the reason and where the choice came from:
+    ``provider_not_allowed``, ``model_not_allowed``,
     ``unknown_provider``, ``provider_inactive`` (e.g. no key secret), ``unknown_model``
     (a named model the provider does not list; its live ``/models`` list, or its known
     models when that is unreachable), ``no_model``, and ``no_provider`` when nothing is
@@ -93,23 +103,33 @@ def _choose(
     where: str = "the run's choice",
 ) -> tuple[ProviderChoice, ProviderState]:
     preference = provider_preference_get(user=user)
-    levels = [(where, llm_provider, llm_model)]
+    levels = [(where, llm_provider, llm_model, True)]
     if conversation is not None:
         levels.append(
-            ("the conversation's default", conversation.llm_provider, conversation.llm_model)
+            ("the conversation's default", conversation.llm_provider, conversation.llm_model, False)
         )
     if preference is not None:
-        levels.append(("your default", preference.llm_provider, preference.llm_model))
+        levels.append(("your default", preference.llm_provider, preference.llm_model, False))
 
-    states = providers_for(user=user)
+    grants = provider_grants(user=user)
+    states = providers_for(user=user, grants=grants)
     by_name = {state.name: state for state in states}
     wanted_model, model_source = "", ""
     name, source = "", ""
-    for where, provider, model in levels:
+    for where, provider, model, chosen in levels:
+        provider, model = (provider or "").strip(), (model or "").strip()
+        if not chosen:
+            # A stored default is passed over when it names a provider the user may no
+            # longer use (their teams changed), and its model when outside their models.
+            if provider and provider not in by_name and not grants.allows(provider):
+                continue
+            state = by_name.get(provider or name)
+            if model and state is not None and not state.allows_model(model):
+                model = ""
         if model and not wanted_model:
-            wanted_model, model_source = model.strip(), where
+            wanted_model, model_source = model, where
         if provider:
-            name, source = provider.strip(), where
+            name, source = provider, where
             break
 
     if not name:
@@ -122,6 +142,13 @@ def _choose(
         )
 
     state = by_name.get(name)
+    if state is None and not grants.allows(name):
+        raise InvalidRequest(
+            f"Provider '{name}' ({source}) is not available to you: an operator limited it to "
+            "some teams. Choose another provider, or use your own key for it (the API keys "
+            "page) if it takes one.",
+            code="provider_not_allowed",
+        )
     if state is None:
         known = ", ".join(by_name)
         raise InvalidRequest(
@@ -135,6 +162,12 @@ def _choose(
         )
 
     model = wanted_model or state.default_model
+    if wanted_model and not state.allows_model(wanted_model):
+        raise InvalidRequest(
+            f"Model '{wanted_model}' of provider '{name}' ({model_source}) is not available to "
+            f"you: your teams may use only {', '.join(state.allowed_models or ())}.",
+            code="model_not_allowed",
+        )
     if wanted_model and wanted_model != state.default_model:
         models = provider_models(state)
         if wanted_model not in models:
@@ -205,9 +238,20 @@ def provider_default_set(
 def custom_provider_save(*, provider: CustomProvider) -> CustomProvider:
     """Validate and save a custom provider (name not a built-in one, known models a list
     of names, default model among them), and forget the cached model lists, so the
-    provider's list is read afresh. :class:`InvalidRequest` when invalid."""
+    provider's list is read afresh. A renamed provider keeps its access rule
+    (:class:`~secrets_vault.models.ProviderAccess`) unless its new name has one.
+    :class:`InvalidRequest` when invalid."""
     model_validate(provider)
-    provider.save()
+    with transaction.atomic():
+        before = (
+            CustomProvider.objects.filter(pk=provider.pk).values_list("name", flat=True).first()
+            if provider.pk
+            else None
+        )
+        provider.save()
+        renamed = before and before != provider.name
+        if renamed and not ProviderAccess.objects.filter(provider=provider.name).exists():
+            ProviderAccess.objects.filter(provider=before).update(provider=provider.name)
     models_cache_reset()
     transaction.on_commit(models_cache_reset)  # again: a list read meanwhile saw the old row
     return provider

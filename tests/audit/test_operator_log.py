@@ -153,3 +153,32 @@ def test_team_writes_over_rest_are_in_the_admin_log(root, user):
     assert [e.object_repr for e in LogEntry.objects.order_by("id")] == [
         "analysts", "analysts-eu", "analysts-eu",
     ]  # fmt: skip
+
+
+def test_provider_access_and_team_budget_writes_over_rest_are_in_the_admin_log(root):
+    from teams.models import Team
+
+    staff = api_client_for(root)
+    team = Team.objects.create(name="analysts")
+    rule = staff.patch(
+        "/api/admin/providers/openai", {"access": "teams", "teams": [team.pk]}, format="json"
+    )
+    assert rule.status_code == 200, rule.json()
+    budget = staff.put(
+        f"/api/admin/teams/{team.pk}/budget", {"monthly_tokens": 1000}, format="json"
+    )
+    assert budget.status_code == 200, budget.json()
+    refused = staff.put(f"/api/admin/teams/{team.pk}/budget", {"monthly_tokens": -1}, format="json")
+    assert refused.status_code == 400
+    assert [(model, flag, message) for model, _, flag, message in entries()] == [
+        (
+            "provideraccess",
+            CHANGE,
+            "Changed access, teams over the REST API (PATCH /api/admin/providers/openai).",
+        ),
+        (
+            "teambudget",
+            CHANGE,
+            f"Changed monthly_tokens over the REST API (PUT /api/admin/teams/{team.pk}/budget).",
+        ),
+    ]

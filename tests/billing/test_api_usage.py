@@ -109,6 +109,7 @@ def test_the_default_range_is_this_month_and_the_budget_is_included(api, user, s
         "used_this_month": 1234,
         "resets_at": next_month_start(now).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "run_limit": 4_000,
+        "teams": [],  # in no team with a budget
     }
     Budget.objects.create(user=user, monthly_tokens=0, run_tokens=100)
     budget = api.get("/api/usage").json()["budget"]

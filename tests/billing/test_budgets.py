@@ -109,6 +109,7 @@ def test_the_month_is_the_calendar_month_in_utc(user, settings):
         "used_this_month": 10 + 100,
         "resets_at": at("2026-08-01T00:00:00"),
         "run_limit": settings.PAW_BUDGET_RUN_TOKENS,
+        "teams": [],  # in no team with a budget
     }
     # 01:00 on 1 July in Berlin (UTC+2) is still June in UTC.
     berlin = datetime(2026, 7, 1, 1, 0, tzinfo=ZoneInfo("Europe/Berlin"))

@@ -11,11 +11,13 @@ from collections.abc import Iterator
 import pytest
 
 from accounts.models import User
-from billing.models import Budget
+from billing.models import Budget, TeamBudget
 from conversations.models import Conversation, Share
 from conversations.services.shares import share_create
 from conversations.services.workspaces import workspace_ensure
 from secrets_vault.models import CustomProvider
+from teams.models import Team
+from tests.billing.ledger import ledger_event
 from tests.conftest import PASSWORD
 from tests.conversations.axe import axe_violations
 from tests.conversations.conftest import BrowserSession, keep_failure_artifacts
@@ -241,8 +243,14 @@ def test_axe_finds_no_serious_violation(
             if phone:
                 page.get_by_role("button", name="More").tap()
         elif name == "usage":
+            # With her team's budget beside her own, used up (its notice shows too).
+            team = Team.objects.create(name="analysts")
+            team.user_set.add(alice)
+            TeamBudget.objects.create(team=team, monthly_tokens=1_000)
+            ledger_event(user=alice, input_tokens=1_000).teams.add(team)
             session.sign_in_as(alice)
             page.goto(session.url("/usage/"))
+            page.locator(".usage-team-budget[data-team=analysts] .usage-exhausted").wait_for()
         elif name == "keys":
             # With a key and a token made on the page (their tables and messages show).
             session.sign_in_as(alice)

@@ -5,6 +5,7 @@ team page with its members, and the one access rule (``teams.selectors.accessibl
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from django.contrib.auth.models import Group
@@ -189,6 +190,14 @@ def test_the_access_rule_everyone_teams_and_staff(make_user):
     assert slugs(alice) == ["open"]
 
 
+def inline_management_forms(html: str) -> dict[str, str]:
+    """The management form fields (``<prefix>-TOTAL_FORMS`` …) of the inlines other apps
+    show on a team's page (``teams.admin.TEAM_INLINES``), as the page has them: a post
+    without them is refused by Django's formsets."""
+    management = r'<input type="hidden" name="([\w-]+-(?:TOTAL|INITIAL|MIN_NUM|MAX_NUM)_FORMS)"'
+    return dict(re.findall(management + r'[^>]*?value="(\d*)"', html))
+
+
 def test_the_admin_shows_a_teams_members_and_saves_them(client, make_user):
     make_user("operator", is_staff=True, is_superuser=True)
     alice, bob = make_user("alice"), make_user("bob")
@@ -196,16 +205,20 @@ def test_the_admin_shows_a_teams_members_and_saves_them(client, make_user):
     page = client.get("/admin/teams/team/add/")
     assert page.status_code == 200
     assert b'name="members"' in page.content
+    inlines = inline_management_forms(page.content.decode())
     saved = client.post(
-        "/admin/teams/team/add/", {"name": "analysts", "members": [alice.pk, bob.pk]}
+        "/admin/teams/team/add/", {"name": "analysts", "members": [alice.pk, bob.pk], **inlines}
     )
     assert saved.status_code == 302, saved.content[:2000]
     team = Team.objects.get(name="analysts")
     assert set(team.user_set.all()) == {alice, bob}
     listing = client.get("/admin/teams/team/")
     assert b"analysts" in listing.content
+    inlines = inline_management_forms(
+        client.get(f"/admin/teams/team/{team.pk}/change/").content.decode()
+    )
     changed = client.post(
-        f"/admin/teams/team/{team.pk}/change/", {"name": "analysts", "members": [bob.pk]}
+        f"/admin/teams/team/{team.pk}/change/", {"name": "analysts", "members": [bob.pk], **inlines}
     )
     assert changed.status_code == 302
     assert list(team.user_set.all()) == [bob]

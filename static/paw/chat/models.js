@@ -1,5 +1,6 @@
 // The model picker: every provider from GET /api/providers, its models as options;
-// inactive providers are shown greyed out with the reason. The choice is remembered per
+// inactive providers are shown greyed out with the reason; providers and models your teams
+// may not use are not listed (PAW leaves them out). The choice is remembered per
 // conversation (PATCH llm_provider / llm_model); "Automatic" leaves it to PAW (your
 // default, then the server's, then the first active provider).
 
@@ -35,11 +36,17 @@ export class ModelPicker {
     this.render();
   }
 
-  /** The effective provider name: the choice, your default, else the first active one. */
+  /** The effective provider name: the choice, your default, else the first active one.
+   * A stored choice or default naming a provider the list leaves out (one your teams may
+   * no longer use) is passed over, as PAW passes it over when a run starts. */
   effectiveProvider() {
-    if (this.choice.llm_provider) return this.choice.llm_provider;
-    if (this.userDefault.llm_provider) return this.userDefault.llm_provider;
-    return this.providers.find((p) => p.active)?.name || "";
+    if (this.listed(this.choice.llm_provider)) return this.choice.llm_provider;
+    return this.effectiveProviderWithout();
+  }
+
+  /** Whether `name` is a provider of the list (one you may use). */
+  listed(name) {
+    return Boolean(name) && this.providers.some((p) => p.name === name);
   }
 
   set(choice) {
@@ -93,7 +100,7 @@ export class ModelPicker {
   }
 
   effectiveProviderWithout() {
-    if (this.userDefault.llm_provider) return this.userDefault.llm_provider;
+    if (this.listed(this.userDefault.llm_provider)) return this.userDefault.llm_provider;
     return this.providers.find((p) => p.active)?.name || "";
   }
 
