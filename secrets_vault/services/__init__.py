@@ -10,9 +10,15 @@
 """
 
 from secrets_vault.services.datasources import (
+    CREDENTIAL_FIELDS,
     DatasourceConnection,
+    KeptDatasources,
     datasource_connection,
     datasource_create,
+    datasource_credential_create,
+    datasource_credential_delete,
+    datasource_credential_save,
+    datasource_credential_update,
     datasource_delete,
     datasource_paw_database_check,
     datasource_privileges_check,
@@ -23,6 +29,7 @@ from secrets_vault.services.datasources import (
     datasource_test,
     datasource_update,
     datasources_available,
+    datasources_kept,
     datasources_validate,
 )
 from secrets_vault.services.demo import (
@@ -71,9 +78,11 @@ from secrets_vault.services.secrets import (
 )
 
 __all__ = [
+    "CREDENTIAL_FIELDS",
     "DEMO_DATASOURCE_SLUG",
     "DatasourceConnection",
     "IndexSource",
+    "KeptDatasources",
     "ProviderChoice",
     "ReencryptResult",
     "Resolved",
@@ -83,6 +92,10 @@ __all__ = [
     "custom_provider_save",
     "datasource_connection",
     "datasource_create",
+    "datasource_credential_create",
+    "datasource_credential_delete",
+    "datasource_credential_save",
+    "datasource_credential_update",
     "datasource_delete",
     "datasource_paw_database_check",
     "datasource_privileges_check",
@@ -95,6 +108,7 @@ __all__ = [
     "datasource_test",
     "datasource_update",
     "datasources_available",
+    "datasources_kept",
     "datasources_validate",
     "demo_datasource_ensure",
     "demo_tips_database",
