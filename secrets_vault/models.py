@@ -237,7 +237,7 @@ class DatasourceCredential(models.Model):
     team = models.ForeignKey(
         Group,
         on_delete=models.CASCADE,
-        related_name="+",
+        related_name="datasource_credentials",
         help_text="Its members' runs connect with these credentials.",
     )
     db_user = models.CharField(

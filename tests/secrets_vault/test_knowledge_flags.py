@@ -12,8 +12,8 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
 from secrets_vault.models import KnowledgeEntry
-from secrets_vault.services import datasource_create
 from secrets_vault.services.knowledge import knowledge_for_run
+from tests.factories import datasource_made
 
 KNOWLEDGE = "/api/admin/datasources/{slug}/knowledge"
 #: Saved with 201 under the old rule; not reads under the parser's.
@@ -71,9 +71,9 @@ def test_the_migration_flags_old_examples_that_are_not_reads_and_keeps_the_reads
 
 @pytest.mark.django_db
 def test_a_flagged_example_is_kept_from_runs_and_users_until_its_sql_is_fixed(
-    operator_client, alice_api, shop_file
+    operator_client, alice_api, alice, shop_file
 ):
-    shop = datasource_create(
+    shop = datasource_made(
         slug="shop", name="Shop", dialect="sqlite", connection={"database": str(shop_file)}
     )
     entry = KnowledgeEntry.objects.create(
@@ -83,7 +83,7 @@ def test_a_flagged_example_is_kept_from_runs_and_users_until_its_sql_is_fixed(
         sql="SELECT day, load_extension('x') FROM orders",
         flag_reason="Not a read under the parser's rule of a read: it calls load_extension().",
     )
-    given = knowledge_for_run(datasource_slugs=["shop"], prompt="orders per weekday")
+    given = knowledge_for_run(datasource_slugs=["shop"], prompt="orders per weekday", user=alice)
     assert [e["title"] for e in given.entries] == []
     assert alice_api.get("/api/datasources/shop").json()["examples"] == []
     listed = operator_client.get(KNOWLEDGE.format(slug="shop")).json()["results"]
@@ -99,7 +99,7 @@ def test_a_flagged_example_is_kept_from_runs_and_users_until_its_sql_is_fixed(
         url, {"sql": "SELECT day, count(*) FROM orders GROUP BY day"}, format="json"
     )
     assert fixed.status_code == 200 and fixed.json()["flag_reason"] == ""
-    given = knowledge_for_run(datasource_slugs=["shop"], prompt="orders per weekday")
+    given = knowledge_for_run(datasource_slugs=["shop"], prompt="orders per weekday", user=alice)
     assert [e["title"] for e in given.entries] == ["Orders per weekday"]
     assert [e["title"] for e in alice_api.get("/api/datasources/shop").json()["examples"]] == [
         "Orders per weekday"
