@@ -15,6 +15,7 @@ import pytest
 
 from conversations.models import Conversation, Run
 from secrets_vault.models import Datasource
+from teams.models import Access
 from tests.conftest import SCRIPTED_API_KEY
 from tests.conversations.test_chat_page import (
     alice,
@@ -60,7 +61,7 @@ def tips_datasource(tmp_path) -> Datasource:
         )
     return Datasource.objects.create(
         slug="tips", name="Tips", dialect="sqlite", description="Restaurant bills",
-        connection={"database": str(path)},
+        connection={"database": str(path)}, access=Access.EVERYONE,
     )  # fmt: skip
 
 
@@ -424,6 +425,7 @@ def test_the_picker_drops_a_datasource_disabled_since_it_was_chosen(tips_datasou
         dialect="sqlite",
         connection={"database": "gone.db"},
         enabled=False,
+        access=Access.EVERYONE,
     )
     conversation = Conversation.objects.get(user__username="alice")
     Conversation.objects.filter(pk=conversation.pk).update(datasources=["gone", "tips"])
