@@ -303,3 +303,35 @@ def test_the_admin_sets_access_and_teams_and_a_team_page_shows_its_datasources(w
     assert "Datasources limited to teams" in team_page
     assert f'value="{world["datasources"]["finance"].pk}" selected' in team_page
     assert KnowledgeEntry.objects.filter(datasource=datasource).exists()
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+async def test_the_notice_of_a_lost_datasource_reaches_the_conversations_socket(world):
+    """A tab open on the conversation (the chat page's websocket) is told, live, that the
+    run goes without the datasource its person lost."""
+    from channels.db import database_sync_to_async
+
+    from conversations.services.runs import run_start
+    from tests.conversations.test_websocket import connect, receive_until
+
+    conversation = await database_sync_to_async(conversation_of)(
+        world["bob"], datasources=["finance", "open"]
+    )
+    communicator = await connect(conversation)
+    try:
+        await database_sync_to_async(world["team"].user_set.remove)(world["bob"])
+        run = await database_sync_to_async(run_start)(
+            user=world["bob"], conversation_id=conversation.id, prompt="totals?"
+        )
+        messages = await receive_until(
+            communicator,
+            lambda m: m.get("type") == "run.event" and m["event"].get("type") == "notice",
+        )
+    finally:
+        await communicator.disconnect()
+    notice = messages[-1]
+    assert notice["run_id"] == str(run.id)
+    assert notice["event"]["code"] == "datasource_access_lost"
+    assert "finance" in notice["event"]["message"]
+    assert run.datasources == ["open"]
