@@ -270,6 +270,11 @@ class DatasourceAdminForm(forms.ModelForm):
             return
         try:
             datasource_privileges_enforce(datasource=self.instance)
+            # Its teams' users are checked again with the settings as changed.
+            for credential in (
+                self.instance.credentials.select_related("team") if self.instance.pk else ()
+            ):
+                datasource_privileges_enforce(datasource=self.instance, credential=credential)
         except DomainError as error:
             self.add_error("allow_privileged_user", error.detail)
 
