@@ -508,8 +508,10 @@ def datasource_test(*, datasource: Datasource, user: User | None) -> ConnectionT
     """Really connect to the datasource (placeholders resolved for ``user``, e.g. the
     operator pressing "Test connection") and report the outcome: for a read-only
     PostgreSQL or MySQL datasource also what its user can do beyond reading (noted on the
-    datasource; not ``ok`` when PAW would refuse to save it). Never raises for a
-    connection or placeholder problem; the message never contains a secret value."""
+    datasource; not ``ok`` when PAW would refuse to save it); then the same for each of
+    its team credentials' users (``Team NAME (user): ...`` appended; not ``ok`` when one
+    fails). Never raises for a connection or placeholder problem; the message never
+    contains a secret value."""
     try:
         connection, masked = datasource_resolved(datasource=datasource, user=user)
     except DomainError as error:
@@ -534,4 +536,37 @@ def datasource_test(*, datasource: Datasource, user: User | None) -> ConnectionT
                 if ok
                 else " PAW refuses to save this read-only datasource with such a user."
             )
+    if datasource.pk is not None:
+        for credential in datasource.credentials.select_related("team"):
+            team_ok, team_message = _credential_test(datasource=datasource, credential=credential)
+            ok = ok and team_ok
+            message += f" Team {credential.team.name} ({credential.db_user}): {team_message}"
     return ConnectionTestResult(ok, message, privileges=result.privileges)
+
+
+def _credential_test(
+    *, datasource: Datasource, credential: DatasourceCredential
+) -> tuple[bool, str]:
+    """Connect as a team's user (its password resolved with the operator's global secrets)
+    and note what it can do beyond reading on the credential: ``(ok, message)``, the
+    message masked. Never raises for a connection or placeholder problem."""
+    try:
+        connection, masked = datasource_resolved(
+            datasource=datasource, user=None, credential=credential
+        )
+    except DomainError as error:
+        return False, error.detail
+    result = connection_test(
+        dialect=datasource.dialect, connection=connection, read_only=datasource.read_only
+    )
+    ok, message = result.ok, mask_text(result.message, masked)
+    if result.privileges is not None:
+        _privileges_record(datasource=credential, privileges=result.privileges)
+        DatasourceCredential.objects.filter(pk=credential.pk).update(
+            user_privileges=credential.user_privileges,
+            privileges_checked_at=credential.privileges_checked_at,
+        )
+        if result.privileges.refused and not datasource.allow_privileged_user:
+            ok = False
+            message += " PAW refuses this user on a read-only datasource."
+    return ok, message

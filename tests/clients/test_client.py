@@ -344,8 +344,9 @@ def test_the_data_agent_from_the_library_knowledge_refresh_and_sql_ask(
     operator.user.save()
     staff = Client(stack.base, token=operator.token)
     staff.admin_create_datasource(
-        slug="shop", name="Shop", dialect="sqlite", connection={"database": str(shop)}
-    )
+        slug="shop", name="Shop", dialect="sqlite", connection={"database": str(shop)},
+        access="everyone",  # a new datasource is for staff only
+    )  # fmt: skip
     staff.admin_refresh_schema("shop")
     schema = wait_for(
         lambda: staff.admin_knowledge("shop", kind="schema"), timeout=60, what="the schema"

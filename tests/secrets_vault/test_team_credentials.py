@@ -155,6 +155,9 @@ def test_operators_manage_team_credentials_over_rest(teams, rls_table):
     assert body["privileges_checked_at"] is not None
     detail = staff.get("/api/admin/datasources/sales").json()
     assert [c["user"] for c in detail["credentials"]] == [ROLES["north"]]
+    tested = staff.post("/api/admin/datasources/sales/test").json()
+    assert tested["ok"] is True, tested
+    assert f"Team north ({ROLES['north']}): " in tested["message"]
 
     def refused(payload: dict, status: int = 400) -> dict:
         response = staff.post(url, payload, format="json")
