@@ -96,6 +96,39 @@ def _flush_retried() -> Iterator[None]:
     TransactionTestCase._fixture_teardown = flush
 
 
+# --- Websocket test clients --------------------------------------------------------------
+
+#: Seconds a test's websocket client waits, by default, for its connection and for each
+#: message: channels' default (1 s) is a timed assertion on a loaded machine (a connect took
+#: 1.04 s on CI-like load, failing a test whose subject was not speed). What a test expects
+#: *not* to arrive it checks with ``receive_nothing``, which this leaves alone.
+WEBSOCKET_WAIT_SECONDS = 10.0
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _patient_websocket_clients() -> Iterator[None]:
+    """Give ``WebsocketCommunicator.connect``, ``receive_from`` and ``receive_json_from``
+    :data:`WEBSOCKET_WAIT_SECONDS` when a test passes no timeout of its own."""
+    import functools
+
+    from channels.testing import WebsocketCommunicator
+
+    def patient(method):
+        @functools.wraps(method)
+        async def call(self, *args, **kwargs):
+            if not args:
+                kwargs.setdefault("timeout", WEBSOCKET_WAIT_SECONDS)
+            return await method(self, *args, **kwargs)
+
+        return call
+
+    patch = pytest.MonkeyPatch()
+    for name in ("connect", "receive_from", "receive_json_from"):
+        patch.setattr(WebsocketCommunicator, name, patient(getattr(WebsocketCommunicator, name)))
+    yield
+    patch.undo()
+
+
 # --- The secret scan --------------------------------------------------------------------
 
 

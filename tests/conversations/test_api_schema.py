@@ -65,6 +65,9 @@ def test_schema_documents_the_error_shape_and_bearer_auth():
     assert "429" in document["paths"]["/api/auth/me"]["get"]["responses"]
 
 
+# Every operation of the API in one test (about 100 × 40 requests: 2 minutes on the CI
+# machine, over 5 under other load): the session's 300 s bound is for one test's work.
+@pytest.mark.timeout(1200)
 @schema.parametrize()
 @settings(
     max_examples=40,

@@ -150,10 +150,22 @@ def test_conversations_are_grouped_by_day_with_their_time_and_twins_told_apart(c
     assert_no_page_errors(chat)
 
 
-#: Whether a line of the list is shown whole (nothing cut off, across or down).
-SHOWN_WHOLE = (
-    "(line) => line.scrollWidth <= line.clientWidth && line.scrollHeight <= line.clientHeight"
-)
+#: Whether the line at a selector, laid out in the page (a list item replaced meanwhile
+#: measures 0 × 0, which would read as "whole"), is shown whole.
+_LINE_IS = """([selector, whole]) => {
+    const line = document.querySelector(selector);
+    if (!line || !line.isConnected || !line.clientWidth) return false;
+    return (line.scrollWidth <= line.clientWidth && line.scrollHeight <= line.clientHeight) === whole;
+}"""
+
+
+def line_shown_whole(page, conversation, part: str = ".label", *, whole: bool = True) -> None:
+    """Wait (up to 5 s) until ``conversation``'s line ``part`` in the sidebar is laid out
+    and shown whole (or cut, with ``whole=False``); a timeout fails the test."""
+    selector = f'#conversation-list li[data-conversation-id="{conversation.id}"] {part}'
+    page.wait_for_function(_LINE_IS, arg=[selector, whole], timeout=5000)
+
+
 #: Whether a marked word lies within its (cut or whole) line's box.
 MARK_SHOWN = """(mark) => {
     const line = mark.closest(".label, .match").getBoundingClientRect();
@@ -177,11 +189,11 @@ def titles_cut_alike(alice) -> tuple[Conversation, Conversation, Conversation]:
 def assert_told_apart(page, march, april, alone) -> None:
     for conversation in (march, april):  # whole, so the months show
         label = item(page, conversation).locator(".label")
-        assert label.evaluate(SHOWN_WHOLE), conversation.title
+        line_shown_whole(page, conversation)
         assert label.inner_text() == conversation.title
         assert item(page, conversation).locator(".item-id").count() == 0  # not twins
     # A long title no other one starts like keeps its one, cut, line.
-    assert not item(page, alone).locator(".label").evaluate(SHOWN_WHOLE)
+    line_shown_whole(page, alone, whole=False)
 
 
 def test_different_titles_cut_to_the_same_text_are_shown_whole(chat, alice):
@@ -209,14 +221,14 @@ def test_a_search_hit_in_the_cut_part_of_a_title_or_snippet_is_shown(chat, alice
     )
     page.reload()
     item(page, answered).wait_for()
-    assert not item(page, titled).locator(".label").evaluate(SHOWN_WHOLE)  # cut before
+    line_shown_whole(page, titled, whole=False)  # cut before
 
     page.get_by_role("searchbox", name="Search your conversations").fill("saturday")
     item(page, titled).locator(".label mark").wait_for()
     item(page, answered).locator(".match mark").wait_for()
     assert item(page, titled).locator(".label mark").evaluate(MARK_SHOWN)
     assert item(page, answered).locator(".match mark").evaluate(MARK_SHOWN)
-    assert item(page, answered).locator(".match").evaluate(SHOWN_WHOLE)
+    line_shown_whole(page, answered, ".match")
     assert_no_page_errors(chat)
 
 
