@@ -459,7 +459,9 @@ def test_the_picker_lists_only_the_datasources_its_person_may_use(tips_datasourc
     picker = page.locator("#datasource-picker")
     picker.locator("summary").click()
     picker.get_by_label("Tips").wait_for()
-    assert picker.locator("li").all_inner_texts() == ["Tips sqlite · Restaurant bills"]
+    assert [t.strip() for t in picker.locator("li").all_inner_texts()] == [
+        "Tips sqlite · Restaurant bills"
+    ]
     team.user_set.add(User.objects.get(username="alice"))  # alice joins the team
     page.reload()
     picker.locator("summary").click()

@@ -176,7 +176,7 @@ def test_operators_manage_team_credentials_over_rest(teams, rls_table):
     assert (
         superuser["code"] == "datasource_user_privileged" and "superuser" in superuser["privileges"]
     )
-    assert refused({"team": south})["code"] == "invalid"  # no user
+    assert refused({"team": south})["code"] == "required"  # no user
     assert DatasourceCredential.objects.count() == 1
 
     one = f"{url}/{body['id']}"
