@@ -138,6 +138,11 @@ TEAMS_MAX = 1_000
 
 
 class _TeamBrief(serializers.Serializer):
+    """A team as a datasource shows it: id and name."""
+
+    class Meta:
+        ref_name = "DatasourceTeam"
+
     id = serializers.IntegerField()
     name = serializers.CharField()
 
@@ -229,7 +234,8 @@ class AdminDatasourceInput(JsonTypedSerializer):
         "datasource is teams with no team (staff only) unless told otherwise.",
     )
     teams = serializers.ListField(
-        child=serializers.IntegerField(), required=False, max_length=TEAMS_MAX,
+        child=serializers.IntegerField(min_value=1, max_value=2**31 - 1), required=False,
+        max_length=TEAMS_MAX,
         help_text="Team ids (GET /api/admin/teams): the whole list; an unknown id is 400 "
         "unknown_team.",
     )  # fmt: skip
@@ -326,7 +332,9 @@ class AdminCredentialInput(JsonTypedSerializer):
     class Meta:
         ref_name = "AdminCredentialInput"
 
-    team = serializers.IntegerField(help_text="The team's id (GET /api/admin/teams).")
+    team = serializers.IntegerField(
+        min_value=1, max_value=2**31 - 1, help_text="The team's id (GET /api/admin/teams)."
+    )
     user = serializers.CharField(max_length=200, help_text="The database user its runs use.")
     password = serializers.CharField(
         max_length=200,
