@@ -394,6 +394,8 @@ def knowledge_for_run(
     datasources with knowledge, at their current version. An embedding failure degrades
     to full-text (logged).
     """
+    if not datasource_slugs:
+        return RunKnowledge()
     datasources = list(
         datasources_for_user(user)
         .filter(slug__in=datasource_slugs, knowledge__isnull=False)
