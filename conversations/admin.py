@@ -1,11 +1,13 @@
-"""Admin for operators: conversations, runs (with their events) and approvals (an audit
-trail of who decided what, how and when)."""
+"""Admin for operators: conversations, runs (with their events), approvals (an audit
+trail of who decided what, how and when) and shares (to stop one)."""
 
 from __future__ import annotations
 
 from django.contrib import admin
+from django.db import transaction
 
-from conversations.models import Approval, Conversation, ConversationFile, Run, RunEvent
+from conversations.models import Approval, Conversation, ConversationFile, Run, RunEvent, Share
+from conversations.services.workspaces import share_folder_remove
 from paw_project.adminkit import PawModelAdmin
 
 
@@ -141,3 +143,39 @@ class ApprovalAdmin(PawModelAdmin):
 
     def has_change_permission(self, request, obj=None) -> bool:
         return False
+
+
+@admin.register(Share)
+class ShareAdmin(PawModelAdmin):
+    """The shared conversations, read-only: an operator may stop one (delete it: its link
+    answers 404 at once, its snapshot's files are removed)."""
+
+    list_display = (
+        "id", "conversation", "owner", "audience", "created_at", "snapshot_at", "expires_at",
+    )  # fmt: skip
+    list_filter = ("audience",)
+    list_select_related = ("conversation__user",)
+    search_fields = ("=id", "=conversation__id", "conversation__user__username")
+    readonly_fields = ["owner", *(f.name for f in Share._meta.fields), "teams"]
+    exclude = ("runs",)
+
+    @admin.display(description="owner", ordering="conversation__user__username")
+    def owner(self, share: Share) -> str:
+        return share.conversation.user.get_username()
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def delete_model(self, request, obj: Share) -> None:
+        share_id = obj.id
+        super().delete_model(request, obj)
+        transaction.on_commit(lambda: share_folder_remove(share_id))
+
+    def delete_queryset(self, request, queryset) -> None:
+        share_ids = list(queryset.values_list("id", flat=True))
+        super().delete_queryset(request, queryset)
+        for share_id in share_ids:
+            transaction.on_commit(lambda share_id=share_id: share_folder_remove(share_id))

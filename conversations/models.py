@@ -248,3 +248,48 @@ class Approval(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.id} ({self.status})"
+
+
+class Share(models.Model):
+    """A read-only link to a snapshot of a conversation, for an audience.
+
+    The snapshot is what the conversation was when the share was made (or last updated):
+    its runs that had finished then (``runs``), its events up to ``cursor`` (those of
+    these runs and PAW's notices of no run), its title, and copies of its workspace files
+    (``files``: ``[{"path", "size", "upload", "sha256"}]``, kept in the share's folder
+    ``<PAW_WORKSPACE_ROOT>/.shares/<id>/<snapshot>/``, see
+    ``conversations.selectors.workspaces.share_folder``); ``files_left_out``:
+    ``[{"path", "size", "reason"}]`` for those over the limits. ``audience`` is
+    ``teams`` (the members of ``teams``) or ``signed_in`` (every signed-in person); the
+    owner is the conversation's. ``expires_at``: ``None`` for never.
+
+    The id is the link: a UUID4, 122 bits from the operating system's random source
+    (``uuid.uuid4`` reads ``os.urandom``), so a link cannot be guessed.
+    """
+
+    class Audience(models.TextChoices):
+        TEAMS = "teams"
+        SIGNED_IN = "signed_in"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="shares")
+    audience = models.CharField(max_length=16, choices=Audience.choices)
+    teams = models.ManyToManyField("auth.Group", blank=True, related_name="shares")
+    title = models.CharField(max_length=200, blank=True, default="")
+    runs = models.ManyToManyField(Run, blank=True, related_name="shares")
+    cursor = models.BigIntegerField(default=0, help_text="The last event cursor of the snapshot.")
+    snapshot = models.PositiveIntegerField(
+        default=1, help_text="The snapshot's number: 1 when made, one more at each update."
+    )
+    files = models.JSONField(default=list, blank=True)
+    files_left_out = models.JSONField(default=list, blank=True)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    snapshot_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ("-created_at",)
+        indexes = [models.Index(fields=["conversation", "-created_at"], name="share_conv_created")]
+
+    def __str__(self) -> str:
+        return f"Share {self.id} of {self.conversation_id} ({self.audience})"

@@ -57,13 +57,17 @@ def _artifact_path(value: str) -> str | None:
     return path
 
 
-def markdown_render(text: str, *, conversation_id: UUID | str | None = None) -> str:
+def markdown_render(
+    text: str, *, conversation_id: UUID | str | None = None, files_base: str | None = None
+) -> str:
     """``text`` (Markdown) as sanitized HTML (a ``str`` safe to insert into a page).
 
     With ``conversation_id``, relative image sources and links point at that
     conversation's artifacts (``/api/conversations/<id>/artifacts/<path>``, images with
-    ``?inline=1``); without it they are dropped. Text over ``MAX_MARKDOWN_CHARS`` is
-    escaped into one ``<pre>`` block instead of being parsed.
+    ``?inline=1``); with ``files_base`` (a URL path ending in ``/``, e.g. a share's
+    ``/api/shares/<id>/files/``) at the files under it instead; with neither they are
+    dropped. Text over ``MAX_MARKDOWN_CHARS`` is escaped into one ``<pre>`` block instead
+    of being parsed.
     """
     if not text:
         return ""
@@ -75,7 +79,9 @@ def markdown_render(text: str, *, conversation_id: UUID | str | None = None) -> 
     renderer.preprocessors.deregister("html_block")
     renderer.inlinePatterns.deregister("html")
     html = renderer.convert(text)
-    base = f"/api/conversations/{conversation_id}/artifacts/" if conversation_id else None
+    base = files_base or (
+        f"/api/conversations/{conversation_id}/artifacts/" if conversation_id else None
+    )
 
     def attribute_filter(tag: str, attribute: str, value: str) -> str | None:
         if (tag, attribute) not in (("img", "src"), ("a", "href")):

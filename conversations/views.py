@@ -16,10 +16,12 @@ from django.shortcuts import render
 from django.views.decorators.csrf import ensure_csrf_cookie
 
 from conversations.selectors.conversations import conversation_get
+from conversations.selectors.shares import share_for_viewer, sharing_allows
 from paw_project.errors import NotFound
 from paw_project.security import content_security_policy
 from paw_project.vendor import plotly_css_url, plotly_js_url, plotly_style_ids
 from secrets_vault.providers import DEMO_PROVIDER_NAME
+from teams.selectors import user_teams
 
 
 def chat_config(request: HttpRequest, conversation_id: UUID | None) -> dict:
@@ -33,6 +35,17 @@ def chat_config(request: HttpRequest, conversation_id: UUID | None) -> dict:
         "plotlyUrl": plotly_js_url(),
         # Staff may save a run_sql of the transcript as a datasource example (admin API).
         "isStaff": bool(request.user.is_staff),
+        # The header's Share dialog: the audiences PAW_SHARING allows, the person's teams.
+        "sharing": sharing_config(request),
+    }
+
+
+def sharing_config(request: HttpRequest) -> dict:
+    """What the Share dialog offers: ``{"audiences": [...], "teams": [{"id", "name"}]}``
+    (no audience under ``PAW_SHARING=off``)."""
+    return {
+        "audiences": [a for a in ("teams", "signed_in") if sharing_allows(a)],
+        "teams": [{"id": team.id, "name": team.name} for team in user_teams(request.user)],
     }
 
 
@@ -74,4 +87,42 @@ def chat(request: HttpRequest, conversation_id: UUID | None = None) -> HttpRespo
             "plotly_css_url": plotly_css_url(),
             "plotly_style_ids": plotly_style_ids(),
         },
+    )
+
+
+@content_security_policy
+@login_required
+@ensure_csrf_cookie
+def shared(request: HttpRequest, share_id: UUID) -> HttpResponse:
+    """``/s/<id>/``: a shared conversation, read-only (its snapshot's transcript, charts
+    and files; *Fork* starts one's own conversation from it). 404 for anyone not in its
+    audience, as for a share that does not exist (``share_for_viewer``)."""
+    try:
+        share = share_for_viewer(user=request.user, share_id=share_id)
+    except NotFound as error:
+        raise Http404("No such share.") from error
+    return render(
+        request,
+        "conversations/shared.html",
+        {
+            "share": share,
+            "config": {
+                "shareId": str(share.id),
+                "plotlyUrl": plotly_js_url(),
+                "demoProvider": DEMO_PROVIDER_NAME if settings.PAW_DEMO_BASE_URL else None,
+            },
+            "plotly_css_url": plotly_css_url(),
+            "plotly_style_ids": plotly_style_ids(),
+        },
+    )
+
+
+@content_security_policy
+@login_required
+@ensure_csrf_cookie
+def shared_by_me(request: HttpRequest) -> HttpResponse:
+    """``/shares/``: *Shared by me*, the person's shares across their conversations, to
+    update or stop each (the list is read from ``GET /api/shares``)."""
+    return render(
+        request, "conversations/shared_by_me.html", {"config": {"sharing": sharing_config(request)}}
     )

@@ -56,7 +56,15 @@ DIALECTS = {"postgresql": "postgresql", "postgres": "postgresql", "sqlite": "sql
 
 class SqlError(Exception):
     """A query that cannot run (unknown datasource, missing URL, driver error); the
-    message is written for the model."""
+    message is written for the model. ``code`` says which, for the host's audit
+    (``notify tool`` ``sql_run``): ``connect_failed`` (no URL or file, a malformed URL,
+    the connection refused), ``session_mismatch`` (a session that does not lex as the
+    parser, nothing run), ``timeout`` (the statement ran out of time) or
+    ``database_error`` (the database refused the statement)."""
+
+    def __init__(self, message: str, *, code: str = "database_error") -> None:
+        super().__init__(message)
+        self.code = code
 
 
 @dataclass
@@ -300,7 +308,8 @@ def run_query(
     if not source.url:
         raise SqlError(
             f"datasource {source.slug} has no connection URL "
-            f"({url_variable(source.slug)} is not set)"
+            f"({url_variable(source.slug)} is not set)",
+            code="connect_failed",
         )
     if source.dialect == "postgresql":
         return _run_postgres(
@@ -320,7 +329,9 @@ def _run_sqlite(
 
     path, url_read_only = sqlite_location(source.url or "")
     if path != ":memory:" and not os.path.exists(path):
-        raise SqlError(f"the SQLite file of datasource {source.slug} does not exist")
+        raise SqlError(
+            f"the SQLite file of datasource {source.slug} does not exist", code="connect_failed"
+        )
     mode = "ro" if read_only or url_read_only else "rw"
     uri = f"file:{path}?mode={mode}" if path != ":memory:" else ":memory:"
     connection = sqlite_limit(
@@ -341,7 +352,8 @@ def _run_sqlite(
                 connection.commit()
             return QueryResult(columns, rows, count, counted_all)
         except sqlite3.Error as exc:
-            raise SqlError(f"SQLite error: {exc}") from exc
+            code = "timeout" if timer.fired else "database_error"
+            raise SqlError(f"SQLite error: {exc}", code=code) from exc
         finally:
             connection.close()
 
@@ -372,7 +384,9 @@ def _run_postgres(
     try:
         options = conninfo_to_dict(source.url or "").get("options") or ""
     except psycopg.Error as exc:
-        raise SqlError(f"the URL of datasource {source.slug} is malformed: {exc}") from exc
+        raise SqlError(
+            f"the URL of datasource {source.slug} is malformed: {exc}", code="connect_failed"
+        ) from exc
     options = (
         f"{options} -c statement_timeout={int(timeout * 1000)} {POSTGRESQL_SESSION_OPTIONS}"
     ).strip()
@@ -386,7 +400,9 @@ def _run_postgres(
             )
         )
     except psycopg.Error as exc:
-        raise SqlError(f"cannot connect to datasource {source.slug}: {exc}") from exc
+        raise SqlError(
+            f"cannot connect to datasource {source.slug}: {exc}", code="connect_failed"
+        ) from exc
     # True makes psycopg begin READ ONLY; None leaves the server's default (a read-only
     # datasource's URL sets it): False would begin READ WRITE and override that.
     connection.read_only = True if read_only or source.read_only else None
@@ -395,7 +411,8 @@ def _run_postgres(
         connection.close()
         raise SqlError(
             f"datasource {source.slug}: the server keeps standard_conforming_strings off, so "
-            "PAW cannot tell what a statement does there; nothing was run"
+            "PAW cannot tell what a statement does there; nothing was run",
+            code="session_mismatch",
         )
 
     def work() -> QueryResult:
@@ -414,7 +431,11 @@ def _run_postgres(
                 connection.commit()
             return QueryResult(columns, rows, count, counted_all)
         except psycopg.Error as exc:
-            raise SqlError(f"PostgreSQL error: {str(exc).strip()}") from exc
+            timed_out = isinstance(exc, psycopg.errors.QueryCanceled)
+            raise SqlError(
+                f"PostgreSQL error: {str(exc).strip()}",
+                code="timeout" if timed_out else "database_error",
+            ) from exc
         finally:
             connection.close()
 
@@ -428,7 +449,7 @@ def mysql_parameters(url: str) -> dict[str, Any]:
     ``ssl_disabled``) are passed on. Raises :class:`SqlError` for another scheme."""
     parts = urlsplit(url)
     if parts.scheme not in ("mysql", "mariadb", "mysql+pymysql"):
-        raise SqlError("a MySQL datasource's URL starts with mysql://")
+        raise SqlError("a MySQL datasource's URL starts with mysql://", code="connect_failed")
     parameters: dict[str, Any] = {
         "host": parts.hostname or "localhost",
         "port": parts.port or 3306,
@@ -462,7 +483,9 @@ def _run_mysql(
             )
         )
     except pymysql.MySQLError as exc:
-        raise SqlError(f"cannot connect to datasource {source.slug}: {exc}") from exc
+        raise SqlError(
+            f"cannot connect to datasource {source.slug}: {exc}", code="connect_failed"
+        ) from exc
     thread_id = connection.thread_id()
     killed = threading.Event()
 
@@ -492,7 +515,8 @@ def _run_mysql(
                     raise SqlError(
                         f"datasource {source.slug}: the server keeps ANSI_QUOTES or "
                         "NO_BACKSLASH_ESCAPES on, so PAW cannot tell what a statement does "
-                        "there; nothing was run"
+                        "there; nothing was run",
+                        code="session_mismatch",
                     )
                 if source.read_only:
                     setup.execute("SET SESSION TRANSACTION READ ONLY")
@@ -512,7 +536,9 @@ def _run_mysql(
             return QueryResult(columns, rows, count, counted_all)
         except pymysql.MySQLError as exc:
             if killed.is_set() and timer.fired:
-                raise SqlError(f"MySQL error: the statement ran longer than {timeout:g} s") from exc
+                raise SqlError(
+                    f"MySQL error: the statement ran longer than {timeout:g} s", code="timeout"
+                ) from exc
             raise SqlError(f"MySQL error: {exc.args[-1] if exc.args else exc}") from exc
         finally:
             # Closing the socket, not the cursor: an unbuffered cursor would read every row

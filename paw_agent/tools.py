@@ -17,6 +17,7 @@ import re
 import shutil
 import sqlite3
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,7 +57,8 @@ class ToolError(Exception):
 class ToolOutcome:
     """What a tool call produced: ``text`` for the model, ``ok``, a one-line ``summary``
     for people (notify ``tool``), and ``notify``: more fields for that notify (``run_sql``:
-    ``sql_result``, its rows as data; ``run_python``: ``output``, ``files``, ``table``).
+    ``sql_result``, its rows as data, and ``sql_run``, what the statement did for the
+    host's audit; ``run_python``: ``output``, ``files``, ``table``).
     :meth:`notify_fields` adds the output every tool shows to people. ``images``:
     ``(path, image content part)`` pairs the model is shown after the round's tool
     results (``view_image``)."""
@@ -322,6 +324,18 @@ def _summary_line(text: str, limit: int = 120) -> str:
     """The last line of ``text`` (a traceback's exception, a query's row count), cut."""
     line = next((x.strip() for x in text.strip().splitlines()[-1:] if x.strip()), "")
     return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _sql_run(began: float, *, row_count: int | None = None, error: str | None = None) -> dict:
+    """What ``run_sql`` tells the host of a statement it sent to the database (``notify
+    tool`` ``sql_run``, for PAW's audit): ``{"duration_ms": int (since ``began``, a
+    ``time.monotonic()``), "row_count": rows returned or changed, or None, "error": None
+    or the :class:`~paw_agent.sql.SqlError` code}``."""
+    return {
+        "duration_ms": max(0, round((time.monotonic() - began) * 1000)),
+        "row_count": row_count if row_count is None or row_count >= 0 else None,
+        "error": error,
+    }
 
 
 def _size(n: int) -> str:
@@ -732,22 +746,30 @@ class Toolbox:
             f"not a read, so it may change data: {verdict.reason}.\n{query.strip()}"
         ):
             return ToolOutcome(DECLINED, ok=False, summary=DECLINED)
-        result = run_query(
-            source,
-            query,
-            read_only=verdict.read,
-            timeout=self.tool_timeout,
-            control=context.control,
-            keep=self.sql_result_rows,
-            explain=verdict.explain,
-        )
+        began = time.monotonic()
+        try:
+            result = run_query(
+                source,
+                query,
+                read_only=verdict.read,
+                timeout=self.tool_timeout,
+                control=context.control,
+                keep=self.sql_result_rows,
+                explain=verdict.explain,
+            )
+        except SqlError as exc:
+            return ToolOutcome(
+                f"error: {exc}",
+                ok=False,
+                summary=_summary_line(str(exc)),
+                notify={"sql_run": _sql_run(began, error=exc.code)},
+            )
         text = result.text()
         structured = result.structured(datasource=slug, sql=query, rows=self.sql_result_rows)
-        return ToolOutcome(
-            text,
-            summary=_summary_line(text),
-            notify={"sql_result": structured} if structured is not None else {},
-        )
+        notify: dict[str, Any] = {"sql_run": _sql_run(began, row_count=result.row_count)}
+        if structured is not None:
+            notify["sql_result"] = structured
+        return ToolOutcome(text, summary=_summary_line(text), notify=notify)
 
     def tool_search_knowledge(self, args: dict[str, Any], context: ToolContext) -> ToolOutcome:
         """The entries of the run's knowledge indexes most relevant to ``query``."""

@@ -1,5 +1,6 @@
-"""What every app's admin shares: help texts shown as written, and add forms without the
-times a new object does not have yet.
+"""What every app's admin shares: help texts shown as written, add forms without the
+times a new object does not have yet, and the admin log's entry of an operator's write
+made over the REST API (:func:`operator_write_log`).
 
 - Django's admin templates print a field's ``help_text`` as HTML (``|safe``), so text such
   as ``PAW_DATASOURCE_<SLUG>_URL`` lost its ``<SLUG>`` as an unknown tag: PAW's help texts
@@ -10,9 +11,11 @@ times a new object does not have yet.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, Literal
 
 from django.contrib import admin
+from django.contrib.admin.models import ADDITION, CHANGE, DELETION, LogEntry
 from django.http import HttpRequest
 from django.utils.html import escape
 
@@ -64,3 +67,38 @@ class PawModelAdmin(admin.ModelAdmin):
         if obj is not None:
             return readonly
         return _without(readonly, self.add_form_hidden_fields)
+
+
+_FLAGS = {"add": ADDITION, "change": CHANGE, "delete": DELETION}
+_VERBS = {"add": "Added", "change": "Changed", "delete": "Deleted"}
+
+
+def operator_write_log(
+    *,
+    request: Any,
+    obj: Any,
+    action: Literal["add", "change", "delete"],
+    fields: Iterable[str] = (),
+    note: str = "",
+) -> LogEntry:
+    """Record an operator's write made over the REST API (``/api/admin/...``) in Django's
+    admin log (``LogEntry``), where the admin records its own: by ``request.user``, of
+    model instance ``obj`` (its content type, pk and ``str``), ``action`` one of ``add``,
+    ``change``, ``delete``. The message says what and how, never a value: "Changed
+    description, value over the REST API (PATCH /api/admin/secrets/3)." (``fields``: the
+    names of the fields given; ``note``: a few words more, e.g. "schema refresh
+    requested"). For a delete, call it before deleting (``obj`` still has its pk), in
+    the same transaction. Returns the entry."""
+    words = _VERBS[action]
+    if fields:
+        words += " " + ", ".join(fields)
+    if note:
+        words += f" ({note})" if fields else f": {note}"
+    message = f"{words} over the REST API ({request.method} {request.path})."
+    return LogEntry.objects.log_actions(
+        user_id=request.user.pk,
+        queryset=[obj],
+        action_flag=_FLAGS[action],
+        change_message=message,
+        single_object=True,
+    )

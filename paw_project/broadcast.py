@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from channels.layers import get_channel_layer
@@ -35,19 +36,43 @@ def set_home_loop(loop: asyncio.AbstractEventLoop | None) -> None:
 
 def _run(coroutine: Coroutine[Any, Any, Any]) -> Any:
     home = _home_loop
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
     if home is not None and home.is_running():
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
         if running is home:
             coroutine.close()
             raise RuntimeError("broadcast.group_send() called from the event loop; await the layer")
         return asyncio.run_coroutine_threadsafe(coroutine, home).result(SEND_TIMEOUT)
+    if running is not None:
+        # A loop runs in this thread below the caller (Playwright's sync API runs its loop
+        # under the code that drives the browser): this thread's own loop cannot run
+        # inside it ("Cannot run the event loop while another loop is running", the send
+        # lost and its coroutine never awaited), so the send goes from a thread of its own.
+        return _aside().submit(_run_on_own_loop, coroutine).result()
+    return _run_on_own_loop(coroutine)
+
+
+def _run_on_own_loop(coroutine: Coroutine[Any, Any, Any]) -> Any:
+    """Run ``coroutine`` on the calling thread's own send loop (made on first use)."""
     loop = getattr(_local, "loop", None)
     if loop is None or loop.is_closed():
         loop = _local.loop = asyncio.new_event_loop()
     return loop.run_until_complete(asyncio.wait_for(coroutine, SEND_TIMEOUT))
+
+
+_aside_lock = threading.Lock()
+_aside_executor: ThreadPoolExecutor | None = None
+
+
+def _aside() -> ThreadPoolExecutor:
+    """The one thread that sends for callers whose thread already has a running loop."""
+    global _aside_executor
+    with _aside_lock:
+        if _aside_executor is None:
+            _aside_executor = ThreadPoolExecutor(1, thread_name_prefix="paw-broadcast")
+        return _aside_executor
 
 
 def group_send(group: str, message: dict[str, Any]) -> None:

@@ -112,6 +112,7 @@ INSTALLED_APPS = [
     "secrets_vault",
     "sso",
     "teams",
+    "audit",
 ]
 
 MIDDLEWARE = [
@@ -284,6 +285,7 @@ CELERY_WORKER_SEND_TASK_EVENTS = False
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_BEAT_SCHEDULE = {
     "nodes-reap": {"task": "sandboxes.tasks.nodes_reap", "schedule": 15.0},
+    "audit-prune": {"task": "audit.tasks.audit_prune", "schedule": 3600.0},
 }
 # Threads of a worker node (each handles one short task at a time).
 PAW_WORKER_CONCURRENCY = env.int("PAW_WORKER_CONCURRENCY", default=8)
@@ -416,7 +418,10 @@ if bool(PAW_EMBEDDING_PROVIDER) != bool(PAW_EMBEDDING_MODEL):
 # Rows of a run_sql result kept on the run (`result.rows` of GET .../runs/{id}; the
 # runtime sends at most this many in its tool notify).
 PAW_SQL_RESULT_ROWS = env.int("PAW_SQL_RESULT_ROWS", default=100)
-for _name in ("PAW_KNOWLEDGE_CONTEXT_TOKENS", "PAW_SQL_RESULT_ROWS"):
+# Days the audit keeps its rows (the SQL statements runs sent, the admin log of operators'
+# writes); beat removes older ones every hour (audit.tasks.audit_prune). 0 keeps them all.
+PAW_AUDIT_RETENTION_DAYS = env.int("PAW_AUDIT_RETENTION_DAYS", default=365)
+for _name in ("PAW_KNOWLEDGE_CONTEXT_TOKENS", "PAW_SQL_RESULT_ROWS", "PAW_AUDIT_RETENTION_DAYS"):
     if globals()[_name] < 0:
         raise ImproperlyConfigured(f"{_name}={globals()[_name]} is negative.")
 # Largest file one upload may carry (bytes). Checked against Content-Length before the
@@ -488,6 +493,12 @@ PAW_ALLOW_REGISTRATION = env.bool("PAW_ALLOW_REGISTRATION", default=EMBEDDED)
 # The team new accounts join (self-registered or at their first single sign-on), made when
 # missing; empty: none.
 PAW_DEFAULT_TEAM = env.str("PAW_DEFAULT_TEAM", default="").strip()
+# The widest audience a shared conversation may have (conversations.selectors.shares):
+# "off" (no sharing; every share stops working), "teams" (the owner's teams only: shares
+# for every signed-in person stop working) or "signed_in" (every signed-in person).
+PAW_SHARING = env.str("PAW_SHARING", default="signed_in").strip().lower()
+if PAW_SHARING not in ("off", "teams", "signed_in"):
+    raise ImproperlyConfigured(f"PAW_SHARING={PAW_SHARING!r}: use off, teams or signed_in.")
 if DEBUG:
     REST_FRAMEWORK["DEFAULT_RENDERER_CLASSES"].append(
         "rest_framework.renderers.BrowsableAPIRenderer"

@@ -181,6 +181,17 @@ class SecretsThrottle(_PerUserThrottle):
         return request.method == "GET" or super().allow_request(request, view)
 
 
+class SharesThrottle(_PerUserThrottle):
+    """Shares made or updated and forks started, per user (``PAW_THROTTLE_UPLOADS``,
+    default ``60/min``): each copies a conversation's files. Reads are not counted."""
+
+    scope = "shares"
+    rate_setting = "PAW_THROTTLE_UPLOADS"
+
+    def allow_request(self, request: Request, view: APIView | None) -> bool:
+        return request.method == "GET" or super().allow_request(request, view)
+
+
 class TokensThrottle(_PerUserThrottle):
     """Personal API token creations and deletions per user (``PAW_THROTTLE_AUTH``, default
     ``10/min``); listing them is not counted."""

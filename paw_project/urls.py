@@ -33,6 +33,7 @@ urlpatterns = [
     path("api/", include("secrets_vault.api.urls")),
     path("api/", include("billing.api.urls")),
     path("api/", include("teams.api.urls")),
+    path("api/", include("audit.api.urls")),
     path("", include("conversations.urls")),
     path("", include("billing.urls")),
     path("", include("secrets_vault.urls")),

@@ -43,7 +43,7 @@ from django.db import DatabaseError, InterfaceError, OperationalError, connectio
 
 from conversations.services import events as event_services
 from conversations.services.events import ConversationGone, EventDraft, StoredEvent
-from conversations.services.run_effects import LineKind, RunEffects, RunLine
+from conversations.services.run_effects import LineKind, RunEffects, RunLine, SqlCall
 from paw_project import live_log, metrics
 from sandboxes import protocol, records
 from sandboxes.process import SandboxProcess
@@ -193,8 +193,15 @@ def prepare(sandbox: SandboxProcess, entries: list[ReadEntry]) -> _Batch:
         if effect is None or entry.run is None:
             continue
         data = payload if effect is LineKind.RESULT else payload.get("data")
+        if effect is LineKind.RESULT:  # a call the run ended before its result came
+            batch.effects += _sql_lines(entry.run, entry.run.sql_calls_unfinished())
         batch.effects.append(RunLine(run=entry.run, kind=effect, data=data))
-        if effect is LineKind.USAGE:
+        if effect is LineKind.TOOL_CALLS:
+            entry.run.sql_calls_announced(data)
+        elif effect is LineKind.TOOL:
+            ended = entry.run.sql_call_ended(data)
+            batch.effects += _sql_lines(entry.run, [ended] if ended is not None else [])
+        elif effect is LineKind.USAGE:
             entry.run.record_usage(data)
         elif effect is LineKind.START:
             batch.started = True
@@ -202,6 +209,11 @@ def prepare(sandbox: SandboxProcess, entries: list[ReadEntry]) -> _Batch:
             batch.finished = True
     batch.drafts = coalesce_deltas(batch.drafts)
     return batch
+
+
+def _sql_lines(run: ActiveRun, calls: list[SqlCall]) -> list[RunLine]:
+    """The audit's effects of ``run``'s paired ``run_sql`` calls (one ``sql`` line each)."""
+    return [RunLine(run=run, kind=LineKind.SQL, data=call) for call in calls]
 
 
 class EventPipeline:
@@ -356,6 +368,9 @@ class EventPipeline:
             self._with_retries(self._store, lines)
         for batch in batches:
             if batch.is_exit:
+                run = batch.sandbox.active
+                if run is not None:  # taken once, before any retry of the exit
+                    batch.effects = _sql_lines(run, run.sql_calls_unfinished())
                 self._with_retries(self._exit, batch)
 
     def _with_retries(self, func: Any, arg: Any) -> None:
@@ -408,7 +423,12 @@ class EventPipeline:
                     "conversation %s is gone; its sandbox's lines are dropped", conversation_id
                 )
             kept = [b for b in batches if b.sandbox.conversation_id not in gone]
-            self._effects.apply([line for batch in kept for line in batch.effects])
+            # A statement sent is audited even when its conversation was deleted meanwhile.
+            audited = [
+                line for batch in batches if batch.sandbox.conversation_id in gone
+                for line in batch.effects if line.kind is LineKind.SQL
+            ]  # fmt: skip
+            self._effects.apply([line for batch in kept for line in batch.effects] + audited)
             started = {b.sandbox.sandbox_id for b in kept if b.started}
             finished = {b.sandbox.sandbox_id for b in kept if b.finished}
             if started - finished:
@@ -447,6 +467,7 @@ class EventPipeline:
                 exit_code=batch.exit_code,
                 stderr_tail=tail,
             )
+            self._effects.apply(batch.effects)  # the run's calls left without a result
             self._effects.sandbox_exited(
                 run=run,
                 conversation_id=sandbox.conversation_id,

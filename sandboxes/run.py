@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from django.utils import timezone
+
+from conversations.services.run_effects import SqlCall
 from sandboxes import protocol
 
 if TYPE_CHECKING:
@@ -43,6 +47,12 @@ class ActiveRun:
     ``notify usage`` running totals as the runtime wrote them (``{"input", "output",
     "rounds", "estimated"}``, unchecked): what a run that ends without a result (crash,
     kill, lost stdout) is billed for.
+
+    The run's ``run_sql`` calls are paired here, for the audit of data access, as the
+    reader reads their lines (once each): a ``tool_calls`` line announces a call right
+    before it runs (:meth:`sql_calls_announced`), its ``tool`` line ends it
+    (:meth:`sql_call_ended`, in the same order: paw-agent runs a round's calls one by
+    one), and the run's end leaves none waiting (:meth:`sql_calls_unfinished`).
     """
 
     def __init__(
@@ -66,6 +76,8 @@ class ActiveRun:
         self.cancel_sent_at: float | None = None
         self.cancel_resent_at: float | None = None
         self.usage: dict[str, Any] | None = None
+        self._sql_waiting: deque[SqlCall] = deque()
+        self._sql_count = 0
 
     @property
     def is_current(self) -> bool:
@@ -83,6 +95,39 @@ class ActiveRun:
         """Keep the runtime's latest running totals (a ``notify usage`` line's ``data``)."""
         if isinstance(data, dict):
             self.usage = dict(data)
+
+    def sql_calls_announced(self, calls: Any) -> None:
+        """Note the ``run_sql`` calls of a ``tool_calls`` line's ``data`` (masked): each
+        gets the next ordinal of the run and the time now, and waits for its ``tool``
+        line."""
+        if not isinstance(calls, list):
+            return
+        for call in calls:
+            if isinstance(call, dict) and call.get("name") == "run_sql":
+                self._sql_count += 1
+                self._sql_waiting.append(
+                    SqlCall(
+                        ordinal=self._sql_count,
+                        conversation_id=self.sandbox.conversation_id,
+                        call=call,
+                        at=timezone.now(),
+                    )
+                )
+
+    def sql_call_ended(self, data: Any) -> SqlCall | None:
+        """The announced ``run_sql`` call a ``tool`` line's ``data`` (masked) ends, with it
+        as its ``result``: the oldest one waiting. ``None`` for another tool, or when none
+        waits (a call refused before it was announced)."""
+        if not isinstance(data, dict) or data.get("name") != "run_sql" or not self._sql_waiting:
+            return None
+        return replace(self._sql_waiting.popleft(), result=data)
+
+    def sql_calls_unfinished(self) -> list[SqlCall]:
+        """The announced ``run_sql`` calls that got no ``tool`` line (the run ended
+        meanwhile: a cancel, a crash), in order; none waits afterwards."""
+        waiting = list(self._sql_waiting)
+        self._sql_waiting.clear()
+        return waiting
 
     def mark_forced(self, *, code: str, message: str) -> bool:
         """Record that the host ends the run (``code``, ``message``: its error) without

@@ -406,9 +406,11 @@ class DatasourceAdmin(PawModelAdmin):
     @admin.action(description="Refresh schema")
     def refresh_schema(self, request: HttpRequest, queryset: QuerySet[Datasource]) -> None:
         """Have a worker harvest each selected datasource's live schema (placeholders
-        resolved there, for the operator) into its schema entries."""
+        resolved there, for the operator) into its schema entries; each request is in the
+        admin log (the datasource's history), as the admin's own writes are."""
         for datasource in queryset:
             datasource_schema_refresh_request(datasource=datasource, user=request.user)
+            self.log_change(request, datasource, "Schema refresh requested.")
             self.message_user(
                 request,
                 f"Schema refresh of {datasource.slug} queued: its tables appear here when the "

@@ -1,5 +1,6 @@
-"""Test helpers for live behaviour: listening to a conversation's channel-layer group and
-waiting for database state written by another process."""
+"""Test helpers for live behaviour: listening to a conversation's channel-layer group,
+waiting for database state written by another process, and websocket tabs on PAW's
+application that are always disconnected."""
 
 from __future__ import annotations
 
@@ -12,12 +13,40 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from channels.layers import get_channel_layer
+from channels.testing import WebsocketCommunicator
 from django.db import close_old_connections
 
 from paw_project import live_log
 from paw_project.broadcast import conversation_group
 
 T = TypeVar("T")
+
+_open_tabs: list[WebsocketCommunicator] = []
+
+
+def websocket_tab(
+    path: str, headers: list[tuple[bytes, bytes]], **kwargs: Any
+) -> WebsocketCommunicator:
+    """A communicator on PAW's ASGI application at ``path`` (not connected yet), kept to be
+    disconnected by :func:`tabs_disconnect` at the end of the test (a module's autouse
+    fixture), whatever happens to it."""
+    from paw_project.asgi import application
+
+    communicator = WebsocketCommunicator(application, path, headers, **kwargs)
+    _open_tabs.append(communicator)
+    return communicator
+
+
+async def tabs_disconnect() -> None:
+    """Disconnect every tab :func:`websocket_tab` made since the last call, closed by the
+    server or not: a consumer still running (or still releasing its subscription after
+    the server closed it) was destroyed pending with the test's event loop, and its
+    coroutines surfaced as "never awaited" warnings in a later test. Disconnecting a tab
+    again does nothing; a slow release gets 10 s, not Channels' default 1 s."""
+    tabs = _open_tabs[:]
+    _open_tabs.clear()
+    for tab in tabs:
+        await tab.disconnect(timeout=10)
 
 
 def wait_for(

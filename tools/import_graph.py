@@ -24,10 +24,10 @@ from collections import defaultdict
 import grimp
 
 PACKAGES = (
-    "paw_project", "accounts", "conversations", "sandboxes", "billing", "secrets_vault", "sso", "teams",
+    "paw_project", "accounts", "conversations", "sandboxes", "billing", "secrets_vault", "sso", "teams", "audit",
     "paw_agent", "paw_sqlcheck", "scripted_model", "paw_client",
 )  # fmt: skip
-APPS = ("accounts", "conversations", "sandboxes", "billing", "secrets_vault", "sso", "teams")
+APPS = ("accounts", "conversations", "sandboxes", "billing", "secrets_vault", "sso", "teams", "audit")
 #: The Celery edge: the only modules of an app the domain may import from the node.
 CELERY_EDGE = {("conversations", "sandboxes"): {"sandboxes.enqueue"}}
 

@@ -5,7 +5,16 @@ from __future__ import annotations
 
 from django.urls import path
 
-from conversations.api import approvals, artifacts, conversations, events, exports, files, runs
+from conversations.api import (
+    approvals,
+    artifacts,
+    conversations,
+    events,
+    exports,
+    files,
+    runs,
+    shares,
+)
 
 urlpatterns = [
     path("conversations", conversations.ConversationListApi.as_view(), name="api-conversations"),
@@ -73,6 +82,35 @@ urlpatterns = [
         approvals.ApprovalListApi.as_view(),
         name="api-approvals",
     ),
+    path(
+        "conversations/<uuid:conversation_id>/shares",
+        shares.ConversationShareListApi.as_view(),
+        name="api-conversation-shares",
+    ),
+    path(
+        "conversations/<uuid:conversation_id>/shares/<uuid:share_id>",
+        shares.ConversationShareDetailApi.as_view(),
+        name="api-conversation-share",
+    ),
+    path(
+        "conversations/<uuid:conversation_id>/shares/<uuid:share_id>/update",
+        shares.ConversationShareUpdateApi.as_view(),
+        name="api-conversation-share-update",
+    ),
+    path("shares", shares.ShareListApi.as_view(), name="api-shares"),
+    path("shares/<uuid:share_id>", shares.ShareDetailApi.as_view(), name="api-share"),
+    path("shares/<uuid:share_id>/runs", shares.ShareRunListApi.as_view(), name="api-share-runs"),
+    path(
+        "shares/<uuid:share_id>/events",
+        shares.ShareEventListApi.as_view(),
+        name="api-share-events",
+    ),
+    path(
+        "shares/<uuid:share_id>/files/<path:path>",
+        shares.ShareFileApi.as_view(),
+        name="api-share-file",
+    ),
+    path("shares/<uuid:share_id>/fork", shares.ShareForkApi.as_view(), name="api-share-fork"),
     path("sql/ask", runs.SqlAskApi.as_view(), name="api-sql-ask"),
     path(
         "approvals/<uuid:approval_id>/decision",

@@ -44,13 +44,15 @@ class RunVersions:
     replaced_by: UUID | None
 
 
-def run_versions(*, conversation_id: UUID) -> dict[UUID, RunVersions]:
+def run_versions(
+    *, conversation_id: UUID, runs: QuerySet[Run] | None = None
+) -> dict[UUID, RunVersions]:
     """The versions of every run of the conversation (one query of ids): run id →
     :class:`RunVersions`. A run that replaces none and is replaced by none is version 1
-    of 1."""
-    replaces_of = dict(
-        Run.objects.filter(conversation_id=conversation_id).values_list("id", "replaces_id")
-    )
+    of 1. ``runs``: only these runs of it count (a share's snapshot: a later version
+    outside them is not named)."""
+    rows = runs if runs is not None else Run.objects.filter(conversation_id=conversation_id)
+    replaces_of = dict(rows.values_list("id", "replaces_id"))
     next_of = {earlier: later for later, earlier in replaces_of.items() if earlier is not None}
     out: dict[UUID, RunVersions] = {}
     for run_id, earlier in replaces_of.items():

@@ -20,6 +20,9 @@ from uuid import UUID
 from django.conf import settings
 
 PRIVATE_DIR = ".paw"
+#: The folder, under ``PAW_WORKSPACE_ROOT``, of the shares' snapshots (one folder per share,
+#: one per snapshot in it); a dot-name, so no conversation id can clash with it.
+SHARES_DIR = ".shares"
 
 
 def workspace_path(conversation_id: UUID | str) -> Path:
@@ -72,9 +75,16 @@ def workspace_open(conversation_id: UUID | str, relative_path: str) -> tuple[Bin
     inside = workspace_relative(conversation_id, relative_path)
     if inside is None:
         return None
+    return _open_inside(workspace_path(conversation_id), inside)
+
+
+def _open_inside(root: Path, inside: PurePosixPath) -> tuple[BinaryIO, int] | None:
+    """Open the regular file ``inside`` (relative, already checked) of the folder
+    ``root`` one folder at a time with ``O_NOFOLLOW``: ``(file, size in bytes)``, or
+    ``None`` when a part is missing, a symlink, or not a regular file."""
     flags = os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
     try:
-        folder = os.open(workspace_path(conversation_id), os.O_RDONLY | os.O_DIRECTORY)
+        folder = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
     except OSError:
         return None
     try:
@@ -135,3 +145,29 @@ def workspace_files(conversation_id: UUID | str) -> list[WorkspaceEntry]:
             entries.append(WorkspaceEntry(path=relative, size=info.st_size, modified=modified))
     entries.sort(key=lambda entry: entry.path)
     return entries
+
+
+def share_root(share_id: UUID | str) -> Path:
+    """The folder of a share's snapshots: ``<PAW_WORKSPACE_ROOT>/.shares/<share id>/``."""
+    return Path(settings.PAW_WORKSPACE_ROOT) / SHARES_DIR / str(UUID(str(share_id)))
+
+
+def share_folder(share_id: UUID | str, snapshot: int) -> Path:
+    """The folder of one snapshot of a share, holding copies of the conversation's files
+    at their workspace paths (written by PAW only: no sandbox sees it)."""
+    return share_root(share_id) / str(int(snapshot))
+
+
+def share_file_open(
+    share_id: UUID | str, snapshot: int, relative_path: str
+) -> tuple[BinaryIO, int] | None:
+    """Open the copy of ``relative_path`` in a share's snapshot: ``(file, size in
+    bytes)``, or ``None`` when the path is not one a snapshot can hold (as
+    :func:`workspace_relative` refuses it: absolute, ``..``, private) or the file is
+    missing. The caller checks that the snapshot lists the path."""
+    if not relative_path or _unservable(relative_path):
+        return None
+    candidate = PurePosixPath(relative_path)
+    if candidate.is_absolute() or ".." in candidate.parts or _is_private(candidate.parts):
+        return None
+    return _open_inside(share_folder(share_id, snapshot), candidate)

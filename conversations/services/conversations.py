@@ -9,14 +9,18 @@ from django.db import transaction
 from django.utils import timezone
 
 from accounts.models import User
-from conversations.models import Conversation, Run
+from conversations.models import Conversation, Run, Share
 from conversations.selectors.conversations import conversation_get
 from conversations.services.events import conversation_deleted_publish
 from conversations.services.live_status import (
     conversation_changed_publish,
     conversation_removed_publish,
 )
-from conversations.services.workspaces import workspace_ensure, workspace_remove
+from conversations.services.workspaces import (
+    share_folder_remove,
+    workspace_ensure,
+    workspace_remove,
+)
 from paw_project.errors import Conflict, InvalidRequest
 from sandboxes.enqueue import sandbox_stop_enqueue, sandbox_stop_on_commit
 from secrets_vault.services import datasources_validate, provider_choice_check
@@ -121,7 +125,7 @@ def conversation_update(*, user: User, conversation_id: UUID | str, **fields: An
 
 
 def conversation_delete(*, user: User, conversation_id: UUID | str) -> None:
-    """Delete the conversation with its files, runs, events and approvals; after commit,
+    """Delete the conversation with its files, runs, events, approvals and shares; after commit,
     its sandbox is stopped (by the node that owns it), its workspace folder removed and
     its open websockets closed (4404).
     Raises ``NotFound`` (404) for another user's conversation."""
@@ -131,8 +135,12 @@ def conversation_delete(*, user: User, conversation_id: UUID | str) -> None:
         # Read before the delete (the sandbox rows naming the owning node go with it), sent
         # after the commit.
         sandbox_stop_on_commit(conversation_id=deleted_id)
+        # Its shares go with it (their links answer 404), and their snapshots' files.
+        shares = list(Share.objects.filter(conversation=conversation).values_list("id", flat=True))
         conversation.delete()
         transaction.on_commit(lambda: workspace_remove(deleted_id))
+        for share_id in shares:
+            transaction.on_commit(lambda share_id=share_id: share_folder_remove(share_id))
         # Its open tabs are closed (4404), not left waiting on a run that is gone.
         transaction.on_commit(lambda: conversation_deleted_publish(conversation_id=deleted_id))
         conversation_removed_publish(conversation_id=deleted_id, user_id=user.pk)

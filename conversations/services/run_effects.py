@@ -17,6 +17,9 @@ lines of its sandboxes; the lines that change something are handed here, as
   has already run by then: the violation says it "ran without asking";
 - ``tool`` (``notify tool``) of a ``run_sql`` that returned rows → the run's ``result``
   (its statement, columns, first ``PAW_SQL_RESULT_ROWS`` rows, row count): the last one wins;
+- ``sql`` (a ``run_sql`` call the node paired with its ``tool`` line, or with the run's
+  end when none came: :class:`SqlCall`) → a row of the audit of data access
+  (:func:`sql_statement_audit`: ``audit.services.sql_statement_record``), once per call;
 - ``usage`` (running totals) → the run's budgets are checked
   (:class:`~billing.services.RunBudgetGuard`); past one, the run is stopped
   (``budget_exceeded``);
@@ -33,9 +36,11 @@ the domain asks of the node (stop a run, answer the runtime) goes through that
 
 from __future__ import annotations
 
+import datetime
 import enum
 import json
 import logging
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -44,6 +49,8 @@ from uuid import UUID
 from django.conf import settings
 from django.db import transaction
 
+from audit.selectors import approval_ids_recorded
+from audit.services import sql_statement_record
 from billing.services import RunBudgetGuard, usage_merge, usage_normalize
 from conversations.models import Approval, Run, RunEvent
 from conversations.services import approvals as approval_services
@@ -51,6 +58,7 @@ from conversations.services import events as event_services
 from conversations.services import runs as run_services
 from conversations.services.approvals import call_key, tool_name_key
 from paw_project import metrics
+from secrets_vault.selectors import datasource_list
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +81,7 @@ class LineKind(enum.StrEnum):
     ASK = "ask"
     TOOL_CALLS = "tool_calls"
     TOOL = "tool"
+    SQL = "sql"
     USAGE = "usage"
     RESULT = "result"
 
@@ -105,11 +114,28 @@ class RunControl(Protocol):
 
 
 @dataclass(frozen=True)
+class SqlCall:
+    """A ``run_sql`` call of a run, as the node paired it (``sandboxes.run.ActiveRun``):
+    ``ordinal``, its place among the run's ``run_sql`` calls (1, 2 …, counted by the
+    node); ``conversation_id``, the run's conversation (the node's); ``call``, the
+    ``tool_calls`` item that announced it (masked: ``{"name", "args", "input":
+    {"datasource", "query"}}``, as the runtime wrote it); ``at``, when the node read that
+    announcement (aware, UTC); ``result``, the call's ``notify tool`` ``data`` (masked),
+    or ``None`` when the run ended without one."""
+
+    ordinal: int
+    conversation_id: UUID
+    call: dict[str, Any]
+    at: datetime.datetime
+    result: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
 class RunLine:
     """A stored line with an effect: its ``kind`` and ``data`` (masked): ``ask``: the
     ask's ``data`` object; ``tool_calls``: the list of calls; ``tool``: the finished
-    call's ``data``; ``usage``: the running totals; ``result``: the whole ``result``
-    line; ``start``: ``None``."""
+    call's ``data``; ``sql``: a :class:`SqlCall`; ``usage``: the running totals;
+    ``result``: the whole ``result`` line; ``start``: ``None``."""
 
     run: RunControl
     kind: LineKind
@@ -190,6 +216,102 @@ def sql_result_of(data: Any) -> dict[str, Any] | None:
     }
 
 
+#: What a runtime may give as a statement's error code; anything else is ``database_error``.
+_ERROR_CODE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+
+
+def _count(value: Any) -> int | None:
+    """A non-negative integer from the runtime, else ``None``."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None
+
+
+def sql_outcome_of(result: dict[str, Any] | None) -> tuple[str, int | None, int | None]:
+    """``(outcome, row_count, duration_ms)`` of a ``run_sql`` call from its ``notify
+    tool`` ``data`` (``None``: the run ended first → ``interrupted``). paw-agent's
+    ``sql_run`` (``{"duration_ms", "row_count", "error"}``) says what a statement sent to
+    the database did; a failed call without it never reached the database by the
+    runtime's word (``refused``: read-only datasource, bad arguments …). The runtime is
+    untrusted: an error code not of the form ``[a-z][a-z0-9_]*`` (64 at most) is
+    ``database_error``, a count that is not a non-negative integer is ``None``."""
+    if not isinstance(result, dict):
+        return "interrupted", None, None
+    run = result.get("sql_run") if isinstance(result.get("sql_run"), dict) else {}
+    rows = _count(run.get("row_count"))
+    if rows is None and isinstance(result.get("sql_result"), dict):
+        rows = _count(result["sql_result"].get("row_count"))
+    duration = _count(run.get("duration_ms"))
+    if result.get("ok") is True:
+        return "ok", rows, duration
+    if not run:
+        return "refused", None, None
+    error = run.get("error")
+    code = error if isinstance(error, str) and _ERROR_CODE.match(error) else "database_error"
+    return code, rows, duration
+
+
+def _confirm_of(run_id: UUID, call: dict[str, Any]) -> Approval | None:
+    """The decided confirm of run ``run_id`` that named ``call`` (the same
+    :func:`call_key`) and that no recorded statement names yet, the oldest first."""
+    key = call_key(call)
+    if key is None:
+        return None
+    taken = approval_ids_recorded(run_id=run_id)
+    confirms = Approval.objects.filter(
+        run_id=run_id, kind=Approval.Kind.CONFIRM, call__isnull=False, decided_at__isnull=False
+    ).select_related("decided_by_user", "conversation__user")
+    for approval in confirms.order_by("created_at"):
+        if approval.id not in taken and call_key(approval.call) == key:
+            return approval
+    return None
+
+
+def sql_statement_audit(control: RunControl, sql: SqlCall) -> None:
+    """Record a ``run_sql`` call of a run in the audit of data access (once per call:
+    ``audit.services.sql_statement_record`` keeps one row per run and ordinal). The user
+    and conversation are the run's (the host's, never the runtime's); the datasource and
+    statement are those the call announced (masked), judged ``read`` or ``write`` on the
+    datasource's dialect. A write's approver comes from the confirm that named this very
+    call: the person who approved it, or the conversation's owner when it auto-approved;
+    a confirm declined or expired makes a failed call ``declined``. Outcome, rows and
+    duration: :func:`sql_outcome_of`. Recorded even when the conversation was deleted
+    meanwhile (the statement was sent all the same)."""
+    given = sql.call.get("input") if isinstance(sql.call.get("input"), dict) else {}
+    slug = str(given.get("datasource") or "")
+    query = given.get("query")
+    statement = query if isinstance(query, str) else json.dumps(query, default=str)
+    dialect = (
+        datasource_list(enabled_only=False).filter(slug=slug).values_list("dialect", flat=True)
+    ).first()
+    outcome, row_count, duration_ms = sql_outcome_of(sql.result)
+    approval = _confirm_of(control.run_id, sql.call)
+    approved = approval is not None and approval.status == Approval.Status.APPROVED
+    if approval is not None and not approved and outcome != "ok":
+        outcome = "declined"
+    approver = None
+    if approved:
+        approver = approval.decided_by_user or (
+            approval.conversation.user if approval.decided_by == "auto" else None
+        )
+    sql_statement_record(
+        run_id=control.run_id,
+        ordinal=sql.ordinal,
+        time=sql.at,
+        user_id=control.user_id,
+        conversation_id=sql.conversation_id,
+        datasource=slug,
+        dialect=dialect,
+        statement=statement,
+        outcome=outcome,
+        row_count=row_count,
+        duration_ms=duration_ms,
+        approval_id=approval.id if approval is not None else None,
+        approved_by=approver.get_username() if approver is not None else "",
+        approved_via=("auto" if approval.decided_by == "auto" else "user") if approved else "",
+    )
+
+
 def gated_calls_of(calls: Any) -> list[dict[str, Any]]:
     """The calls of a ``tool_calls`` list that need an approved confirm of their own: those
     of a tool in ``PAW_APPROVAL_REQUIRED_TOOLS`` (names compared with
@@ -226,6 +348,8 @@ class RunEffects:
                 result = sql_result_of(line.data)
                 if result is not None:
                     results[line.run.run_id] = result  # the run's last query wins
+            elif line.kind is LineKind.SQL:
+                sql_statement_audit(line.run, line.data)
             elif line.kind is LineKind.USAGE:
                 usage[line.run.run_id] = line  # only the latest totals need a check
         for run_id, result in results.items():

@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 from uuid import UUID
 
-from conversations.selectors.workspaces import workspace_path
+from conversations.selectors.workspaces import share_folder, share_root, workspace_path
 
 
 def workspace_ensure(conversation_id: UUID | str) -> Path:
@@ -36,3 +36,10 @@ def workspace_adopt(conversation_id: UUID | str, folder: Path) -> bool:
     except OSError:  # ENOTEMPTY / EEXIST: not empty; ENOENT: no folder; ENOTDIR
         return False
     return True
+
+
+def share_folder_remove(share_id: UUID | str, snapshot: int | None = None) -> None:
+    """Remove one snapshot's folder of a share, or (``snapshot`` ``None``) every folder
+    of the share (no error when already gone)."""
+    folder = share_root(share_id) if snapshot is None else share_folder(share_id, snapshot)
+    shutil.rmtree(folder, ignore_errors=True)

@@ -4,6 +4,7 @@ and a summary of its schema (``GET /api/datasources/{slug}``)."""
 
 from __future__ import annotations
 
+from django.db import transaction
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
 from rest_framework.permissions import IsAdminUser
@@ -11,6 +12,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from paw_project.adminkit import operator_write_log
 from paw_project.api import StrictSerializer, error_responses, paginated_response
 from paw_project.errors import InvalidRequest, NotFound
 from secrets_vault.api.operators import AdminDatasourceOutput, datasource_or_404
@@ -101,6 +103,7 @@ class AdminKnowledgeListApi(APIView):
         entry = knowledge_entry_create(
             datasource=datasource_or_404(slug), user=request.user, **data.validated_data
         )
+        operator_write_log(request=request, obj=entry, action="add")
         return Response(KnowledgeEntryOutput(entry).data, status=status.HTTP_201_CREATED)
 
 
@@ -134,13 +137,19 @@ class AdminKnowledgeDetailApi(APIView):
         data.is_valid(raise_exception=True)
         entry = _entry_or_404(datasource_or_404(slug), entry_id)
         entry = knowledge_entry_update(entry=entry, user=request.user, **data.validated_data)
+        operator_write_log(
+            request=request, obj=entry, action="change", fields=sorted(data.validated_data)
+        )
         return Response(KnowledgeEntryOutput(entry).data)
 
     @extend_schema(
         operation_id="admin_knowledge_destroy", responses={204: None, **error_responses(403, 404)}
     )
     def delete(self, request: Request, slug: str, entry_id: int) -> Response:
-        knowledge_entry_delete(entry=_entry_or_404(datasource_or_404(slug), entry_id))
+        entry = _entry_or_404(datasource_or_404(slug), entry_id)
+        with transaction.atomic():
+            operator_write_log(request=request, obj=entry, action="delete")
+            knowledge_entry_delete(entry=entry)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -159,6 +168,9 @@ class AdminDatasourceRefreshSchemaApi(APIView):
     def post(self, request: Request, slug: str) -> Response:
         datasource = datasource_schema_refresh_request(
             datasource=datasource_or_404(slug), user=request.user
+        )
+        operator_write_log(
+            request=request, obj=datasource, action="change", note="schema refresh requested"
         )
         return Response(AdminDatasourceOutput(datasource).data, status=status.HTTP_202_ACCEPTED)
 

@@ -5,6 +5,7 @@ knowledge: ``secrets_vault.api.knowledge``)."""
 from __future__ import annotations
 
 from django.contrib.auth import get_user_model
+from django.db import transaction
 from django.db.models import Prefetch, QuerySet
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
@@ -13,6 +14,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from paw_project.adminkit import operator_write_log
 from paw_project.api import JsonTypedSerializer, error_responses, list_output
 from paw_project.errors import InvalidRequest, NotFound
 from secrets_vault.models import Datasource, DatasourceCredential, Secret
@@ -101,6 +103,7 @@ class AdminSecretListApi(APIView):
             value=values["value"],
             description=values.get("description", ""),
         )
+        operator_write_log(request=request, obj=secret, action="add")
         return Response(AdminSecretOutput(secret).data, status=status.HTTP_201_CREATED)
 
 
@@ -125,11 +128,17 @@ class AdminSecretDetailApi(APIView):
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         secret = secret_update(secret=_secret_or_404(secret_id), **data.validated_data)
+        operator_write_log(
+            request=request, obj=secret, action="change", fields=sorted(data.validated_data)
+        )
         return Response(AdminSecretOutput(secret).data)
 
     @extend_schema(responses={204: None})
     def delete(self, request: Request, secret_id: int) -> Response:
-        secret_delete(secret=_secret_or_404(secret_id))
+        secret = _secret_or_404(secret_id)
+        with transaction.atomic():
+            operator_write_log(request=request, obj=secret, action="delete")
+            secret_delete(secret=secret)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -279,6 +288,7 @@ class AdminDatasourceListApi(APIView):
         data = AdminDatasourceInput(data=request.data)
         data.is_valid(raise_exception=True)
         datasource = datasource_create(**data.validated_data)
+        operator_write_log(request=request, obj=datasource, action="add")
         return Response(
             AdminDatasourceOutput(datasource_or_404(datasource.slug)).data,
             status=status.HTTP_201_CREATED,
@@ -299,11 +309,17 @@ class AdminDatasourceDetailApi(APIView):
         data = AdminDatasourceInput(data=request.data, partial=True)
         data.is_valid(raise_exception=True)
         datasource = datasource_update(datasource=datasource_or_404(slug), **data.validated_data)
+        operator_write_log(
+            request=request, obj=datasource, action="change", fields=sorted(data.validated_data)
+        )
         return Response(AdminDatasourceOutput(datasource_or_404(datasource.slug)).data)
 
     @extend_schema(responses={204: None})
     def delete(self, request: Request, slug: str) -> Response:
-        datasource_delete(datasource=datasource_or_404(slug))
+        datasource = datasource_or_404(slug)
+        with transaction.atomic():
+            operator_write_log(request=request, obj=datasource, action="delete")
+            datasource_delete(datasource=datasource)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -383,6 +399,7 @@ class AdminCredentialListApi(APIView):
         data = AdminCredentialInput(data=request.data)
         data.is_valid(raise_exception=True)
         credential = datasource_credential_create(datasource=datasource, **data.validated_data)
+        operator_write_log(request=request, obj=credential, action="add")
         return Response(
             AdminCredentialOutput(_credential_or_404(datasource, credential.pk)).data,
             status=status.HTTP_201_CREATED,
@@ -415,6 +432,9 @@ class AdminCredentialDetailApi(APIView):
         data = AdminCredentialInput(data=request.data, partial=True)
         data.is_valid(raise_exception=True)
         datasource_credential_update(credential=credential, **data.validated_data)
+        operator_write_log(
+            request=request, obj=credential, action="change", fields=sorted(data.validated_data)
+        )
         return Response(AdminCredentialOutput(_credential_or_404(datasource, credential_id)).data)
 
     @extend_schema(
@@ -423,5 +443,7 @@ class AdminCredentialDetailApi(APIView):
     )
     def delete(self, request: Request, slug: str, credential_id: int) -> Response:
         credential = _credential_or_404(datasource_or_404(slug), credential_id)
-        datasource_credential_delete(credential=credential)
+        with transaction.atomic():
+            operator_write_log(request=request, obj=credential, action="delete")
+            datasource_credential_delete(credential=credential)
         return Response(status=status.HTTP_204_NO_CONTENT)

@@ -62,6 +62,7 @@ from secrets_vault.services.sandbox import (
     SandboxEnvironment,
     prompt_secret_values,
     sandbox_environment,
+    stored_secret_values,
 )
 from secrets_vault.services.secrets import (
     ReencryptResult,
@@ -133,4 +134,5 @@ __all__ = [
     "secret_update",
     "secrets_mark_used",
     "secrets_reencrypt",
+    "stored_secret_values",
 ]

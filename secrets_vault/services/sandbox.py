@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from django.conf import settings
+
 from paw_project.errors import InvalidRequest
 from secrets_vault.embeddings import embedder_configured
 from secrets_vault.fields import UNDECRYPTABLE
@@ -183,6 +185,27 @@ def prompt_secret_values(*, user: User, provider: ProviderChoice) -> dict[str, s
     }
     _provider_key_add(values, provider)
     secret_values_register(values)
+    return values
+
+
+def stored_secret_values(*, user: User) -> dict[str, str]:
+    """``NAME → value``: every secret value a sandbox of ``user``'s may have been given
+    that PAW keeps: ``user``'s own secrets, the operator's (``global``: provider keys,
+    datasource passwords; one whose name a secret of ``user``'s also has is named
+    ``NAME (operator)``) and the server's provider key ``PAW_LLM_API_KEY``. What the
+    files of a shared conversation are masked with before other people see them
+    (``conversations.services.shares``). Undecryptable values are left out."""
+    values: dict[str, str] = {}
+    if settings.PAW_LLM_API_KEY:
+        values["PAW_LLM_API_KEY"] = settings.PAW_LLM_API_KEY
+    for secret in Secret.objects.filter(scope=Secret.Scope.GLOBAL).order_by("name"):
+        if secret.value is not UNDECRYPTABLE:
+            values[secret.name] = secret.value
+    for secret in _own_secrets(user):
+        if secret.value is not UNDECRYPTABLE:
+            if secret.name in values and values[secret.name] != secret.value:
+                values[f"{secret.name} (operator)"] = values.pop(secret.name)
+            values[secret.name] = secret.value
     return values
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.db import transaction
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.permissions import IsAdminUser
@@ -9,6 +10,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from paw_project.adminkit import operator_write_log
 from paw_project.api import StrictSerializer, error_responses, list_output
 from paw_project.errors import NotFound
 from teams import selectors, services
@@ -78,6 +80,7 @@ class AdminTeamListApi(APIView):
         data = TeamInput(data=request.data)
         data.is_valid(raise_exception=True)
         team = services.team_create(**data.validated_data)
+        operator_write_log(request=request, obj=team, action="add")
         return Response(TeamOutput(_team_or_404(team.pk)).data, status=status.HTTP_201_CREATED)
 
 
@@ -104,6 +107,9 @@ class AdminTeamDetailApi(APIView):
         data = TeamInput(data=request.data, partial=True)
         data.is_valid(raise_exception=True)
         services.team_update(team=team, **data.validated_data)
+        operator_write_log(
+            request=request, obj=team, action="change", fields=sorted(data.validated_data)
+        )
         return Response(TeamOutput(_team_or_404(team_id)).data)
 
     @extend_schema(
@@ -111,5 +117,8 @@ class AdminTeamDetailApi(APIView):
         responses={204: None, **error_responses(403, 404)},
     )
     def delete(self, request: Request, team_id: int) -> Response:
-        services.team_delete(team=_team_or_404(team_id))
+        team = _team_or_404(team_id)
+        with transaction.atomic():
+            operator_write_log(request=request, obj=team, action="delete")
+            services.team_delete(team=team)
         return Response(status=status.HTTP_204_NO_CONTENT)

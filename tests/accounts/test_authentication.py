@@ -28,9 +28,9 @@ from accounts.services import (
     auth_tokens_revoke,
     personal_token_create,
 )
-from paw_project.asgi import application
 from paw_project.throttles import rate_reset
 from tests.factories import ConversationFactory
+from tests.live import tabs_disconnect, websocket_tab
 from tests.processes import free_port, wait_http, web_process, worker_database_url
 
 pytestmark = pytest.mark.django_db
@@ -160,8 +160,7 @@ def test_the_limit_holds_in_the_embedded_mode_s_memory_store(settings, user, add
 
 
 async def open_socket(conversation_id, token: str, address: str) -> WebsocketCommunicator:
-    communicator = WebsocketCommunicator(
-        application,
+    communicator = websocket_tab(
         f"/ws/conversations/{conversation_id}/",
         [(b"origin", b"http://localhost")],
         subprotocols=["paw", token],
@@ -176,43 +175,46 @@ async def open_socket(conversation_id, token: str, address: str) -> WebsocketCom
 async def test_bad_websocket_tokens_count_and_a_locked_out_address_is_closed_with_4429(
     settings, addresses
 ):
-    settings.PAW_THROTTLE_BAD_TOKENS = "2/min"
-    guesser, other = addresses
-    conversation = await database_sync_to_async(ConversationFactory)()
-    owner = await database_sync_to_async(lambda: conversation.user)()
-    access = await database_sync_to_async(lambda: auth_token_pair_for(user=owner)["access"])()
+    try:
+        settings.PAW_THROTTLE_BAD_TOKENS = "2/min"
+        guesser, other = addresses
+        conversation = await database_sync_to_async(ConversationFactory)()
+        owner = await database_sync_to_async(lambda: conversation.user)()
+        access = await database_sync_to_async(lambda: auth_token_pair_for(user=owner)["access"])()
 
-    for token in (guess(), "not-a-jwt"):
-        socket = await open_socket(conversation.id, token, guesser)
-        assert await socket.receive_output(timeout=5) == {"type": "websocket.close", "code": 4401}
-    # Past the limit: a failed token is told so and closed with 4429; the API refuses
-    # that address's failures as well.
-    socket = await open_socket(conversation.id, guess(), guesser)
-    error = await socket.receive_json_from(timeout=5)
-    assert error["type"] == "error" and error["code"] == "throttled"
-    assert 1 <= error["retry_after"] <= 60
-    assert await socket.receive_output(timeout=5) == {"type": "websocket.close", "code": 4429}
-    response = await database_sync_to_async(get_me)(guess(), guesser)
-    assert response.status_code == 429
-    # The valid token opens its socket, from that address and from another one.
-    for address in (guesser, other):
-        socket = await open_socket(conversation.id, access, address)
-        await socket.send_json_to({"type": "ping"})
-        while (message := await socket.receive_json_from(timeout=5))["type"] != "pong":
-            pass
-        await socket.disconnect()
+        for token in (guess(), "not-a-jwt"):
+            socket = await open_socket(conversation.id, token, guesser)
+            assert await socket.receive_output(timeout=5) == {"type": "websocket.close", "code": 4401}
+        # Past the limit: a failed token is told so and closed with 4429; the API refuses
+        # that address's failures as well.
+        socket = await open_socket(conversation.id, guess(), guesser)
+        error = await socket.receive_json_from(timeout=5)
+        assert error["type"] == "error" and error["code"] == "throttled"
+        assert 1 <= error["retry_after"] <= 60
+        assert await socket.receive_output(timeout=5) == {"type": "websocket.close", "code": 4429}
+        response = await database_sync_to_async(get_me)(guess(), guesser)
+        assert response.status_code == 429
+        # The valid token opens its socket, from that address and from another one.
+        for address in (guesser, other):
+            socket = await open_socket(conversation.id, access, address)
+            await socket.send_json_to({"type": "ping"})
+            while (message := await socket.receive_json_from(timeout=5))["type"] != "pong":
+                pass
+            await socket.disconnect()
 
-    user_socket = WebsocketCommunicator(
-        application, "/ws/user/", [(b"origin", b"http://localhost")], subprotocols=["paw", "nope"]
-    )
-    user_socket.scope["client"] = (guesser, 50001)
-    assert (await user_socket.connect())[0]
-    assert (await user_socket.receive_json_from(timeout=5))["code"] == "throttled"
-    assert await user_socket.receive_output(timeout=5) == {
-        "type": "websocket.close",
-        "code": 4429,
-    }
-    assert message == {"type": "pong"}
+        user_socket = websocket_tab(
+            "/ws/user/", [(b"origin", b"http://localhost")], subprotocols=["paw", "nope"]
+        )
+        user_socket.scope["client"] = (guesser, 50001)
+        assert (await user_socket.connect())[0]
+        assert (await user_socket.receive_json_from(timeout=5))["code"] == "throttled"
+        assert await user_socket.receive_output(timeout=5) == {
+            "type": "websocket.close",
+            "code": 4429,
+        }
+        assert message == {"type": "pong"}
+    finally:
+        await tabs_disconnect()  # the sockets the server closed too
 
 
 # --- a real web process under a concurrent burst ----------------------------------------------

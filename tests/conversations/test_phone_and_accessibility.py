@@ -12,11 +12,15 @@ import pytest
 
 from accounts.models import User
 from billing.models import Budget
-from conversations.models import Conversation
+from conversations.models import Conversation, Share
+from conversations.services.shares import share_create
+from conversations.services.workspaces import workspace_ensure
 from secrets_vault.models import CustomProvider
 from tests.conftest import PASSWORD
 from tests.conversations.axe import axe_violations
 from tests.conversations.conftest import BrowserSession, keep_failure_artifacts
+from tests.conversations.test_api_export import PNG
+from tests.conversations.test_api_shares import add_run
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.browser]
 
@@ -191,7 +195,15 @@ def test_in_the_drawer_titles_cut_to_the_same_text_are_shown_whole(phone, alice)
 
 # --- axe-core ---------------------------------------------------------------------------
 
-PAGES = ["sign-in", "chat", "chat-phone", "usage", "keys"]
+PAGES = ["sign-in", "chat", "chat-phone", "usage", "keys", "share-dialog", "shared", "shared-by-me"]
+
+
+def shared_conversation(user) -> Share:
+    """A conversation of ``user`` with a finished run, its chart, shared with everyone."""
+    conversation = Conversation.objects.create(user=user, title=TITLE)
+    add_run(conversation, "Average tip?", "The average tip is **3.00**.")
+    (workspace_ensure(conversation.id) / "chart.png").write_bytes(PNG)
+    return share_create(user=user, conversation_id=conversation.id, audience="signed_in")
 
 
 def axe_report(violations: list[dict]) -> str:
@@ -242,6 +254,20 @@ def test_axe_finds_no_serious_violation(
             page.get_by_label("Token name").fill("laptop")
             page.get_by_role("button", name="Make a token").click()
             page.locator(".tokens-table").wait_for()
+        elif name == "share-dialog":  # with a link made (the list shows it)
+            open_chat(session, alice)
+            page.get_by_role("button", name="Share", exact=True).click()
+            page.get_by_role("button", name="Create link").click()
+            page.locator("#share-list .share-item").wait_for()
+        elif name == "shared":
+            session.sign_in_as(alice)
+            page.goto(session.url(f"/s/{shared_conversation(alice).id}/"))
+            page.locator("#transcript[aria-busy=false] .answer").wait_for()
+        elif name == "shared-by-me":
+            session.sign_in_as(alice)
+            shared_conversation(alice)
+            page.goto(session.url("/shares/"))
+            page.locator("#shares .share-item").wait_for()
         violations = axe_violations(page)
         assert violations == [], axe_report(violations)
         if phone:  # and with the drawer open

@@ -7,19 +7,24 @@ import json
 
 import pytest
 from channels.db import database_sync_to_async
-from channels.testing import WebsocketCommunicator
 from django.test import Client
 
 from accounts.services import auth_token_pair_for, auth_tokens_revoke
 from conversations.models import Approval, Conversation, Run, RunEvent
 from conversations.services.runs import run_start
 from conversations.services.workspaces import workspace_ensure
-from paw_project.asgi import application
 from tests.factories import ConversationFactory, UserFactory
-from tests.live import wait_for
+from tests.live import tabs_disconnect, wait_for, websocket_tab
 from tests.sandboxes.scenarios import FAKE
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+@pytest.fixture(autouse=True)
+async def _tabs_disconnected():
+    """Every tab a test opened is disconnected at its end (:func:`tests.live.tabs_disconnect`)."""
+    yield
+    await tabs_disconnect()
 
 
 @database_sync_to_async
@@ -52,9 +57,7 @@ async def connect(
             user or await database_sync_to_async(lambda: conversation.user)()
         )
         headers.append((b"cookie", f"sessionid={sid}".encode()))
-    communicator = WebsocketCommunicator(
-        application, path or f"/ws/conversations/{conversation.id}/", headers
-    )
+    communicator = websocket_tab(path or f"/ws/conversations/{conversation.id}/", headers)
     connected, _ = await communicator.connect()
     assert connected
     return communicator
@@ -350,9 +353,7 @@ async def test_cancel_from_the_socket_ends_the_run(fake_worker):
 
 
 async def close_code(conversation_id, headers, path_suffix="") -> int:
-    communicator = WebsocketCommunicator(
-        application, f"/ws/conversations/{conversation_id}/{path_suffix}", headers
-    )
+    communicator = websocket_tab(f"/ws/conversations/{conversation_id}/{path_suffix}", headers)
     connected, _ = await communicator.connect()
     assert connected
     output = await communicator.receive_output(timeout=5)
@@ -378,15 +379,13 @@ async def test_a_jwt_in_the_query_or_subprotocol_authenticates_integrations(db):
     conversation = await database_sync_to_async(ConversationFactory)()
     token = (await database_sync_to_async(auth_token_pair_for)(user=conversation.user))["access"]
     origin = [(b"origin", b"http://localhost")]
-    via_query = WebsocketCommunicator(
-        application, f"/ws/conversations/{conversation.id}/?token={token}", origin
-    )
+    via_query = websocket_tab(f"/ws/conversations/{conversation.id}/?token={token}", origin)
     assert (await via_query.connect())[0]
     await via_query.send_json_to({"type": "ping"})
     assert await via_query.receive_json_from() == {"type": "pong"}
     await via_query.disconnect()
-    via_protocol = WebsocketCommunicator(
-        application, f"/ws/conversations/{conversation.id}/", origin, subprotocols=["paw", token]
+    via_protocol = websocket_tab(
+        f"/ws/conversations/{conversation.id}/", origin, subprotocols=["paw", token]
     )
     connected, subprotocol = await via_protocol.connect()
     assert connected and subprotocol == "paw"
@@ -412,9 +411,7 @@ async def test_revoking_tokens_closes_the_sockets_opened_with_them(db):
 
     async def by_token():
         token = (await database_sync_to_async(auth_token_pair_for)(user=user))["access"]
-        tab = WebsocketCommunicator(
-            application, f"/ws/conversations/{conversation.id}/?token={token}", origin
-        )
+        tab = websocket_tab(f"/ws/conversations/{conversation.id}/?token={token}", origin)
         assert (await tab.connect())[0]
         return tab
 

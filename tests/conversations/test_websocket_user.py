@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import pytest
 from channels.db import database_sync_to_async
-from channels.testing import WebsocketCommunicator
 from django.test import Client
 
 from conversations.services.approvals import approval_decide
 from conversations.services.conversations import conversation_delete, conversation_update
-from paw_project.asgi import application
 from tests.conversations.test_websocket import (
     conversation_with_mode,
     pending_approval,
@@ -20,8 +18,16 @@ from tests.conversations.test_websocket import (
     start,
 )
 from tests.factories import ConversationFactory
+from tests.live import tabs_disconnect, websocket_tab
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+@pytest.fixture(autouse=True)
+async def _tabs_disconnected():
+    """Every tab a test opened is disconnected at its end (:func:`tests.live.tabs_disconnect`)."""
+    yield
+    await tabs_disconnect()
 
 
 async def user_socket(user=None, *, cookie: bool = True, sessionid: str | None = None):
@@ -29,7 +35,7 @@ async def user_socket(user=None, *, cookie: bool = True, sessionid: str | None =
     if cookie:
         sid = sessionid or await session_cookie(user)
         headers.append((b"cookie", f"sessionid={sid}".encode()))
-    communicator = WebsocketCommunicator(application, "/ws/user/", headers)
+    communicator = websocket_tab("/ws/user/", headers)
     connected, _ = await communicator.connect()
     assert connected
     await communicator.send_json_to({"type": "ping"})
@@ -135,9 +141,7 @@ async def test_a_conversation_socket_ignores_the_per_user_messages(db):
 
 
 async def test_the_user_socket_refuses_strangers_and_closes_on_sign_out(db):
-    communicator = WebsocketCommunicator(
-        application, "/ws/user/", [(b"origin", b"http://localhost")]
-    )
+    communicator = websocket_tab("/ws/user/", [(b"origin", b"http://localhost")])
     connected, _ = await communicator.connect()
     assert connected
     assert await communicator.receive_output(timeout=5) == {"type": "websocket.close", "code": 4401}

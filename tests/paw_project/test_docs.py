@@ -1,5 +1,8 @@
-"""Every relative link in README.md and docs/*.md leads somewhere: to a file of the
-repository and, for a ``#anchor``, to a heading of that file (GitHub's slugs)."""
+"""The documents hold to the tree: every relative link in README.md and docs/*.md leads
+somewhere (a file of the repository and, for a ``#anchor``, a heading of that file, by
+GitHub's slugs); the README's map names every package and module; docs/api.md's endpoint
+table lists exactly the operations of the OpenAPI schema, and the schema every route
+under ``/api/``."""
 
 from __future__ import annotations
 
@@ -147,3 +150,142 @@ def test_the_readme_map_names_every_module_of_sandboxes_and_paw_project():
     line = _map().split("- `paw_project/`", 1)[1].split("\n- ", 1)[0]
     modules = {p.name for p in (ROOT / "paw_project").glob("*.py")} - {"__init__.py", "apps.py"}
     assert sorted(m for m in modules if f"`{m}`" not in line) == []
+
+
+# --- docs/api.md's endpoint table against the OpenAPI schema ------------------------------
+
+_ENDPOINT = re.compile(r"^((?:[A-Z]+/)*[A-Z]+) (/\S+)$")
+_PARAMETER = re.compile(r"\{[^}]*\}")
+
+
+def _operation(method: str, path: str) -> str:
+    """``"GET /api/conversations/{}"``: one operation, its path parameters unnamed (the
+    table says ``{id}`` where the schema says ``{conversation_id}``)."""
+    return f"{method} {_PARAMETER.sub('{}', path)}"
+
+
+def documented_operations(text: str) -> tuple[list[str], list[str]]:
+    """The operations of the first table under ``## Endpoints`` in a docs/api.md text, in
+    the order written, and the code spans of its first column that do not read as
+    ``METHOD[/METHOD…] /path[?query]``. A row may name several such spans."""
+    section = text.split("\n## Endpoints\n", 1)[1].split("\n#", 1)[0]
+    operations, unreadable = [], []
+    for line in section.splitlines():
+        if not line.startswith("| `"):
+            continue
+        first_cell = line[1:].split(" | ", 1)[0]
+        for span in re.findall(r"`([^`]+)`", first_cell):
+            match = _ENDPOINT.match(span)
+            if not match:
+                unreadable.append(span)
+                continue
+            methods, path = match.groups()
+            for method in methods.split("/"):
+                operations.append(_operation(method, path.split("?", 1)[0]))
+    return operations, unreadable
+
+
+def schema_operations() -> set[str]:
+    """Every operation of the OpenAPI schema that ``/api/schema/`` serves, generated in
+    the process by drf-spectacular."""
+    from drf_spectacular.generators import SchemaGenerator
+
+    schema = SchemaGenerator().get_schema(request=None, public=True)
+    return {
+        _operation(method.upper(), path)
+        for path, item in schema["paths"].items()
+        for method in item
+        if method in {"get", "put", "post", "delete", "options", "head", "patch", "trace"}
+    }
+
+
+def endpoint_table_problems(text: str, schema: set[str]) -> list[str]:
+    """What is wrong with the endpoint table against the schema's operations: an
+    operation it leaves out, a row's operation the schema does not have, one written
+    twice, a first-column code span that is no ``METHOD /path``."""
+    documented, unreadable = documented_operations(text)
+    problems = [f"not in the table: {op}" for op in sorted(schema - set(documented))]
+    problems += [f"no such operation: {op}" for op in sorted(set(documented) - schema)]
+    seen: set[str] = set()
+    for op in documented:
+        if op in seen:
+            problems.append(f"written twice: {op}")
+        seen.add(op)
+    problems += [f"not METHOD /path: {span}" for span in unreadable]
+    return problems
+
+
+def test_the_endpoint_table_names_every_operation_of_the_schema_and_no_other():
+    """docs/api.md's endpoint table and the OpenAPI schema list the same operations, so a
+    new endpoint without its row (or a row left from a removed one) fails the suite."""
+    schema = schema_operations()
+    assert {"GET /api/conversations/{}", "POST /api/approvals/{}/decision"} <= schema
+    assert endpoint_table_problems((ROOT / "docs" / "api.md").read_text(), schema) == []
+
+
+# Served beside the API, not part of it: named in docs/api.md's opening paragraph.
+_SCHEMA_ROUTES = {"/api/schema/", "/api/docs/"}
+
+
+def api_routes() -> set[str]:
+    """The path of every URL route under ``/api/``, parameters unnamed as in
+    :func:`_operation`, less the catch-all that answers unknown API paths with a 404."""
+    from django.urls import URLResolver, get_resolver
+
+    def walk(patterns, prefix: str):
+        for pattern in patterns:
+            route = prefix + str(pattern.pattern)
+            if isinstance(pattern, URLResolver):
+                yield from walk(pattern.url_patterns, route)
+            else:
+                yield route
+
+    converter = re.compile(r"<(?:\w+:)?\w+>")
+    return {
+        "/" + converter.sub("{}", route)
+        for route in walk(get_resolver().url_patterns, "")
+        if route.startswith("api/")
+    } - {"/^api/"}
+
+
+def test_every_api_route_is_in_the_schema():
+    """No view under ``/api/`` is left out of the schema (a plain Django view, or one
+    excluded from it), where the table check above would not see it."""
+    schema_paths = {operation.split(" ", 1)[1] for operation in schema_operations()}
+    docs = (ROOT / "docs" / "api.md").read_text()
+    assert [route for route in sorted(_SCHEMA_ROUTES) if f"`{route}`" not in docs] == []
+    assert "/api/conversations/{}/artifacts/{}" in api_routes()
+    assert sorted(api_routes() - _SCHEMA_ROUTES - schema_paths) == []
+
+
+def test_the_endpoint_table_check_finds_what_is_wrong():
+    text = (
+        "# API\n\n## Endpoints\n\n| method and path | what | answers |\n|---|---|---|\n"
+        "| `GET /api/things?page=1` | list | 200 |\n"
+        "| `GET/DELETE /api/things/{id}`, `POST /api/things/{id}/go` | one | 200 \\| 204 |\n"
+        "| `PATCH /api/gone/{x}` | removed | 200 |\n"
+        "| `GET /api/things` | again | 200 |\n"
+        "| `the things` | not an endpoint | 200 |\n"
+        "\nprose with `GET /api/elsewhere`\n\n## Websockets\n\n| `GET /api/later` | | |\n"
+    )
+    schema = {
+        "GET /api/things",
+        "POST /api/things",
+        "GET /api/things/{}",
+        "DELETE /api/things/{}",
+        "POST /api/things/{}/go",
+    }
+    assert documented_operations(text)[0] == [
+        "GET /api/things",
+        "GET /api/things/{}",
+        "DELETE /api/things/{}",
+        "POST /api/things/{}/go",
+        "PATCH /api/gone/{}",
+        "GET /api/things",
+    ]
+    assert endpoint_table_problems(text, schema) == [
+        "not in the table: POST /api/things",
+        "no such operation: PATCH /api/gone/{}",
+        "written twice: GET /api/things",
+        "not METHOD /path: the things",
+    ]

@@ -119,6 +119,7 @@ def test_celery_is_json_only_late_ack_prefetch_one_with_limits():
         ({"PAW_PORT": "65536"}, "PAW_PORT='65536' is not a TCP port"),
         ({"PAW_SANDBOX_ISOLATION": "docker"}, "PAW_SANDBOX_ISOLATION='docker': use bwrap or none"),
         ({"PAW_DEMO": "yes"}, "PAW_DEMO='yes': use auto, 1 or 0."),
+        ({"PAW_SHARING": "public"}, "PAW_SHARING='public': use off, teams or signed_in."),
         (
             {"PAW_WEB_PROCESSES": "2"},
             "and 1 (or unset) in the embedded mode, which is one process.",

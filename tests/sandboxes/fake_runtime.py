@@ -43,6 +43,11 @@ workspace) at start and again for every submit, so one worker serves every mode.
 - ``deaf N [MISSED]``: on submit streams N deltas 0.1 s apart, then finishes ``done``;
   the first MISSED cancel ops (default 1; ``all``: every one) go unheard, as by a runtime
   that loses a cancel while it sets a run up, and the next one ends the run cancelled.
+- ``sql-replay``: on submit writes start, a ``tool_calls`` line announcing a ``run_sql``
+  read, its ``tool`` line (with ``sql_run``, as paw-agent reports a statement), the very
+  same ``tool`` line again (a replayed line), a ``tool`` line of a ``run_sql`` it never
+  announced, then announces a second read and exits with code 3 before its result (for
+  the audit of data access).
 - ``stubborn``: on submit starts ``sleep 300`` in a session of its own with an empty
   environment (``setsid env -i``; its pid in the file ``stubborn.pid``), then streams a
   delta every 0.1 s for ever: ``cancel`` and ``shutdown`` are ignored (noted once on
@@ -173,6 +178,25 @@ def rogue(run_id: str, how: str) -> None:
         result(run_id, seq, "", cancelled=True)
     else:
         result(run_id, seq, "ran them")
+
+
+def sql_replay(run_id: str) -> None:
+    """See ``sql-replay`` in the module docstring."""
+
+    def call(query: str) -> dict:
+        arguments = {"datasource": "shop", "query": query}
+        return {"name": "run_sql", "args": {k: repr(v) for k, v in arguments.items()}, "input": arguments}
+
+    first = "SELECT day FROM orders"
+    tool = {"name": "run_sql", "ok": True, "summary": "(3 rows)",
+            "sql_run": {"duration_ms": 7, "row_count": 3, "error": None}}  # fmt: skip
+    out({"seq": 2, "type": "notify", "kind": "tool_calls", "data": [call(first)], "run_id": run_id})
+    out({"seq": 3, "type": "notify", "kind": "tool", "data": tool, "run_id": run_id})
+    out({"seq": 3, "type": "notify", "kind": "tool", "data": tool, "run_id": run_id})
+    out({"seq": 4, "type": "notify", "kind": "tool", "data": tool, "run_id": run_id})
+    out({"seq": 5, "type": "notify", "kind": "tool_calls", "data": [call("SELECT 2")], "run_id": run_id})
+    time.sleep(0.5)  # the lines are read before the exit
+    os._exit(3)
 
 
 def garbage(run_id: str) -> None:
@@ -348,6 +372,8 @@ def main() -> None:
             leak_shapes(run_id, os.environ.get(words[1], ""))
         elif words[0] == "leak-forms":
             leak_forms(run_id, os.environ.get(words[1], ""))
+        elif words[0] == "sql-replay":
+            sql_replay(run_id)
         elif words[0] == "stubborn":
             stubborn(run_id)
         elif words[0] == "deaf":

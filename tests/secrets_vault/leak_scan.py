@@ -366,7 +366,7 @@ def install() -> Callable[[], None]:
 
 #: The apps whose rows hold what runtimes wrote (events, answers, errors, approvals' texts,
 #: stderr tails, command lines, usage) or what is derived from it.
-RUNTIME_OUTPUT_APPS = ("conversations", "sandboxes", "billing")
+RUNTIME_OUTPUT_APPS = ("conversations", "sandboxes", "billing", "audit")
 
 
 def record_stored_runtime_output() -> int:

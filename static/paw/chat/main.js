@@ -16,6 +16,7 @@ import { encodePath, FilesPanel } from "./files.js";
 import { messageHandlers } from "./messages.js";
 import { ModelPicker } from "./models.js";
 import { $, base, config, showError, showTitle, state } from "./page.js";
+import { setupSharing } from "./sharing.js";
 import { Sidebar } from "./sidebar.js";
 import { ConversationSocket } from "./socket.js";
 import { Transcript } from "./transcript.js";
@@ -152,6 +153,7 @@ page.datasources = new DatasourcePicker($("datasource-picker"), {
 
 page.usage = new UsageBadge($("usage-badge"));
 page.exports = setupExports();
+page.sharing = setupSharing();
 
 page.updateRunControls = setupComposer(page);
 setupDialogs(page);
@@ -191,6 +193,7 @@ function opened(conversation) {
   $("delete-conversation").hidden = false;
   $("forget-memory").hidden = false;
   page.exports.show();
+  page.sharing.show();
   page.sidebar.refresh();
   connect();
 }

@@ -16,7 +16,8 @@ export class TurnVersions {
    * @param {{replace: (runId: string, prompt: string|null) => Promise<object>, onError: (message: string) => void,
    *          started: (run: object) => void}} options
    *   `replace(runId, prompt)`: starts the new version (prompt null: regenerate) and
-   *   resolves to the new run; `started(run)`: the page shows the new run as a sent prompt.
+   *   resolves to the new run (null: read-only, a share's page: no edit, no regenerate);
+   *   `started(run)`: the page shows the new run as a sent prompt.
    */
   constructor(transcript, { replace, onError, started }) {
     this.transcript = transcript;
@@ -88,7 +89,7 @@ export class TurnVersions {
         controls.nav.title = position < ids.length - 1 ? "An earlier version: the agent remembers only the newest one." : "";
         controls.previous.disabled = position === 0;
         controls.next.disabled = position === ids.length - 1;
-        const editable = last && runId === shownId && !active && !view.active && !this.busy;
+        const editable = Boolean(this.replace) && last && runId === shownId && !active && !view.active && !this.busy;
         controls.edit.hidden = !editable || view.promptEl.hidden || this.editing === view;
         controls.regenerate.hidden = !editable || !view.status;
       });

@@ -1,0 +1,1 @@
+"""The audit's staff API (``GET /api/admin/audit``)."""
