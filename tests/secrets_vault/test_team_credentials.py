@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 import psycopg
 import pytest
+from django.contrib.admin.models import DELETION, LogEntry
 
 from conversations.models import Run
 from secrets_vault.models import DatasourceCredential
@@ -155,6 +156,10 @@ def test_operators_manage_team_credentials_over_rest(teams, rls_table):
     assert body["privileges_checked_at"] is not None
     detail = staff.get("/api/admin/datasources/sales").json()
     assert [c["user"] for c in detail["credentials"]] == [ROLES["north"]]
+    logged = LogEntry.objects.filter(object_id=str(body["id"])).values_list(
+        "change_message", flat=True
+    )
+    assert [m for m in logged if "(POST /api/admin/datasources/sales/credentials)" in m]
     tested = staff.post("/api/admin/datasources/sales/test").json()
     assert tested["ok"] is True, tested
     assert f"Team north ({ROLES['north']}): " in tested["message"]
@@ -187,6 +192,7 @@ def test_operators_manage_team_credentials_over_rest(teams, rls_table):
     assert staff.get(one).json()["password"] == "{secret:NORTH_PW}"
     assert api_client_for(teams["ann"]).get(url).status_code == 403
     assert staff.delete(one).status_code == 204
+    assert LogEntry.objects.filter(object_id=str(body["id"]), action_flag=DELETION).exists()
     assert staff.get(one).status_code == 404 and staff.get(one).json()["code"] == (
         "credential_not_found"
     )
