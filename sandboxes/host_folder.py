@@ -92,11 +92,17 @@ def knowledge_indexes_place(workspace: Path, knowledge: RunKnowledge) -> list[di
     """Make sure the sandbox's ``.paw/host/knowledge/`` holds the index file of each of the
     run's datasources at its current version (built in a private temporary folder by
     ``knowledge_index_write``, then put there by :func:`host_file_put`,
-    never through a link); older versions go. Returns the submit's ``indexes``:
-    ``[{"datasource", "path"}]``, paths relative to the workspace. Raises ``OSError`` or
-    ``sqlite3.Error`` when a file cannot be written."""
+    never through a link); older versions go, and so do the index files of datasources
+    this run is not given (an earlier run's, one its person may no longer use): the
+    sandbox holds the knowledge of its run's datasources only. Returns the submit's
+    ``indexes``: ``[{"datasource", "path"}]``, paths relative to the workspace. Raises
+    ``OSError`` or ``sqlite3.Error`` when a file cannot be written."""
     folder = ("knowledge",)
     present = set(host_files(workspace, folder))
+    wanted = {source.file_name for source in knowledge.sources}
+    for name in sorted(present - wanted):
+        host_file_remove(workspace, folder, name)
+    present &= wanted
     indexes = []
     for source in knowledge.sources:
         if source.file_name not in present:
@@ -106,9 +112,6 @@ def knowledge_indexes_place(workspace: Path, knowledge: RunKnowledge) -> list[di
                     source=source, path=built, vector_model=knowledge.vector_model
                 )
                 host_file_put(workspace, folder, source.file_name, built)
-            for old in present:
-                if old.startswith(f"{source.slug}.v") and old.endswith(".sqlite3"):
-                    host_file_remove(workspace, folder, old)
         indexes.append(
             {"datasource": source.slug, "path": f"{KNOWLEDGE_FOLDER}/{source.file_name}"}
         )

@@ -127,8 +127,11 @@ def run_submit_options(
                 code="runtime_unsupported",
             )
         options["tools"] = list(run.tools)
-    if run.datasources and "knowledge" in sandbox.capabilities:
-        knowledge = knowledge_for_run(datasource_slugs=run.datasources, prompt=run.prompt)
+    if "knowledge" in sandbox.capabilities:
+        # Also for a run without datasources: the index files of earlier runs' go.
+        knowledge = knowledge_for_run(
+            datasource_slugs=list(run.datasources), prompt=run.prompt, user=run.user
+        )
         try:
             indexes = knowledge_indexes_place(sandbox.spec.workspace, knowledge)
         except (OSError, sqlite3.Error):  # an index that cannot be written: run without it

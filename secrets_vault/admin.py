@@ -24,6 +24,7 @@ from paw_project.errors import DomainError
 from secrets_vault.models import (
     CustomProvider,
     Datasource,
+    DatasourceCredential,
     KnowledgeEntry,
     ProviderAccess,
     ProviderModelLimit,
@@ -32,6 +33,8 @@ from secrets_vault.models import (
 from secrets_vault.selectors import provider_access_list, provider_names
 from secrets_vault.services import (
     custom_provider_save,
+    datasource_credential_delete,
+    datasource_credential_save,
     datasource_paw_database_check,
     datasource_privileges_enforce,
     datasource_save,
@@ -192,6 +195,64 @@ class SchemaEntryInline(admin.TabularInline):
         return super().get_queryset(request).filter(kind=KnowledgeEntry.Kind.SCHEMA).defer("vector")
 
 
+class DatasourceCredentialForm(forms.ModelForm):
+    """A team's own database user and password on the datasource, refused as the service
+    refuses it (a literal password, SQLite, a user that can do more than read on a
+    read-only datasource: ``services.datasource_credential_save``)."""
+
+    class Meta:
+        model = DatasourceCredential
+        fields = ("team", "db_user", "password", "priority")
+
+    def _post_clean(self) -> None:
+        super()._post_clean()
+        if self.errors or not self.has_changed():
+            return
+        try:
+            datasource_privileges_enforce(
+                datasource=self.instance.datasource, credential=self.instance
+            )
+        except DomainError as error:
+            self.add_error("db_user", error.detail)
+
+
+class DatasourceCredentialInline(admin.TabularInline):
+    """The teams' own credentials: their members' runs connect as these database users
+    (the highest priority of a person's teams); the schema harvest and example checks use
+    the datasource's own."""
+
+    model = DatasourceCredential
+    form = DatasourceCredentialForm
+    extra = 0
+    verbose_name = "team credential"
+    verbose_name_plural = "Team credentials (runs of a team's members connect as its user)"
+    fields = ("team", "db_user", "password", "priority", "privileges", "updated_at")
+    readonly_fields = ("privileges", "updated_at")
+
+    @admin.display(description="Its database user, beyond reading")
+    def privileges(self, obj: DatasourceCredential) -> str:
+        return _privileges_text(obj, datasource=obj.datasource if obj.datasource_id else None)
+
+
+def _privileges_text(obj: Any, *, datasource: Datasource | None) -> str:
+    """What the last check found ``obj``'s database user (a datasource's or a team
+    credential's) can do beyond reading; what PAW refuses (or was told to accept) in red."""
+    if datasource is None:
+        return "-"
+    if obj.privileges_checked_at is None:
+        if datasource.read_only and datasource.dialect != Datasource.Dialect.SQLITE:
+            return "Not checked yet: it is checked when saved or tested."
+        return "-"
+    found = obj.user_privileges or {}
+    refused, noted = found.get("refused") or [], found.get("noted") or []
+    if not refused:
+        return "Nothing: it can only read." + (f" (Also: {'; '.join(noted)}.)" if noted else "")
+    accepted = "Accepted anyway (unsafe)" if datasource.allow_privileged_user else "Refused"
+    return format_html(
+        '<strong class="errornote paw-privileged">{}: {}</strong>', accepted, ", ".join(refused)
+    )
+
+
 class DatasourceAdminForm(forms.ModelForm):
     """The datasource's fields, refused when the connection reaches PAW's own database
     (``services.datasource_paw_database_check``) or, read-only, its database user can do
@@ -201,7 +262,7 @@ class DatasourceAdminForm(forms.ModelForm):
         model = Datasource
         fields = (
             "slug", "name", "description", "dialect", "connection", "read_only",
-            "allow_privileged_user", "enabled", "allowed_hosts",
+            "allow_privileged_user", "enabled", "access", "teams", "allowed_hosts",
         )  # fmt: skip
 
     def _post_clean(self) -> None:
@@ -215,6 +276,11 @@ class DatasourceAdminForm(forms.ModelForm):
             return
         try:
             datasource_privileges_enforce(datasource=self.instance)
+            # Its teams' users are checked again with the settings as changed.
+            for credential in (
+                self.instance.credentials.select_related("team") if self.instance.pk else ()
+            ):
+                datasource_privileges_enforce(datasource=self.instance, credential=credential)
         except DomainError as error:
             self.add_error("allow_privileged_user", error.detail)
 
@@ -229,10 +295,12 @@ class DatasourceAdmin(PawModelAdmin):
         "dialect",
         "read_only",
         "enabled",
+        "access",
         "schema_refreshed_at",
         "updated_at",
     )
-    list_filter = ("dialect", "enabled", "read_only")
+    list_filter = ("dialect", "enabled", "read_only", "access")
+    filter_horizontal = ("teams",)
     search_fields = ("slug", "name", "description")
     readonly_fields = (
         "env_name",
@@ -252,10 +320,12 @@ class DatasourceAdmin(PawModelAdmin):
         "read_only",
         "allow_privileged_user",
         "enabled",
+        "access",
+        "teams",
         "allowed_hosts",
         *readonly_fields,
     )
-    inlines = (KnowledgeEntryInline, SchemaEntryInline)
+    inlines = (DatasourceCredentialInline, KnowledgeEntryInline, SchemaEntryInline)
     actions = ("test_connection", "refresh_schema")
 
     @admin.display(description="Sandbox variable")
@@ -266,20 +336,7 @@ class DatasourceAdmin(PawModelAdmin):
     def privileges(self, obj: Datasource) -> str:
         """What the last check found the database user can do beyond reading; what PAW
         refuses (or was told to accept) in red."""
-        if obj.privileges_checked_at is None:
-            if obj.read_only and obj.dialect != Datasource.Dialect.SQLITE:
-                return "Not checked yet: it is checked when saved or tested."
-            return "-"
-        found = obj.user_privileges or {}
-        refused, noted = found.get("refused") or [], found.get("noted") or []
-        if not refused:
-            return "Nothing: it can only read." + (f" (Also: {'; '.join(noted)}.)" if noted else "")
-        accepted = "Accepted anyway (unsafe)" if obj.allow_privileged_user else "Refused"
-        return format_html(
-            '<strong class="errornote paw-privileged">{}: {}</strong>',
-            accepted,
-            ", ".join(refused),
-        )
+        return _privileges_text(obj, datasource=obj)
 
     def save_model(self, request: HttpRequest, obj: Datasource, form: Any, change: bool) -> None:
         datasource_save(datasource=obj)
@@ -289,7 +346,26 @@ class DatasourceAdmin(PawModelAdmin):
         return self.inlines if obj is not None and obj.pk else ()
 
     def save_formset(self, request: HttpRequest, form: Any, formset: Any, change: bool) -> None:
-        """Knowledge rows through the services (checked by the form already)."""
+        """Knowledge rows and team credentials through the services (checked by the forms
+        already)."""
+        if formset.model is DatasourceCredential:
+            formset.new_objects, formset.changed_objects, formset.deleted_objects = [], [], []
+            for credential_form in formset.initial_forms:
+                if credential_form in formset.deleted_forms:
+                    datasource_credential_delete(credential=credential_form.instance)
+                    formset.deleted_objects.append(credential_form.instance)
+            for credential_form in formset.forms:
+                if credential_form in formset.deleted_forms or not credential_form.has_changed():
+                    continue
+                credential = credential_form.instance
+                credential.datasource = form.instance
+                new = credential.pk is None
+                datasource_credential_save(credential=credential)
+                if new:
+                    formset.new_objects.append(credential)
+                else:
+                    formset.changed_objects.append((credential, credential_form.changed_data))
+            return None
         if formset.model is not KnowledgeEntry:
             return super().save_formset(request, form, formset, change)
         # What formset.save() would note, for the admin's change message.
@@ -478,3 +554,34 @@ class TeamModelLimitInline(admin.TabularInline):
 
 
 TEAM_INLINES.extend((TeamProviderAccessInline, TeamModelLimitInline))
+
+class TeamDatasourceInline(admin.TabularInline):
+    """On a team's page: the datasources limited to teams that list this one (those open
+    to everyone are every team's, and not listed)."""
+
+    model = Datasource.teams.through
+    fk_name = "group"
+    extra = 0
+    verbose_name = "datasource"
+    verbose_name_plural = (
+        "Datasources limited to teams that this team may use (those open to everyone are "
+        "every team's too)"
+    )
+
+
+class TeamCredentialInline(admin.TabularInline):
+    """On a team's page: its own credentials on datasources (edit them on the datasource,
+    where they are checked)."""
+
+    model = DatasourceCredential
+    fk_name = "team"
+    extra = 0
+    max_num = 0
+    can_delete = False
+    verbose_name = "team credential"
+    verbose_name_plural = "Its own database users on datasources (edited on the datasource)"
+    fields = ("datasource", "db_user", "priority", "updated_at")
+    readonly_fields = fields
+
+
+TEAM_INLINES.extend([TeamDatasourceInline, TeamCredentialInline])

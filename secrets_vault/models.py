@@ -6,6 +6,7 @@ Fields and constraints only; writes live in ``services``, reads in ``selectors``
 from __future__ import annotations
 
 from django.conf import settings
+from django.contrib.auth.models import Group
 from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
 from django.db import models
@@ -214,6 +215,101 @@ class Datasource(AccessRuled):
                 raise ValidationError(
                     {"slug": f"'{clash.slug}' already uses the variable {self.env_name}."}
                 )
+
+
+class DatasourceCredential(models.Model):
+    """A team's own database user (and password) on a datasource, so that the database
+    itself decides what rows each team sees (PostgreSQL row-level security, per-user
+    grants).
+
+    A run of a member of ``team`` connects as ``db_user`` with ``password`` (a
+    ``{secret:NAME}`` placeholder only, or empty for none) in place of the datasource's
+    own ``user`` and ``password``; the other connection settings stay the datasource's.
+    A person in several teams with their own credentials on the datasource gets those of
+    the highest ``priority`` (then the team's name, alphabetically). The schema harvest,
+    the example checks and the connection test of the datasource itself use the
+    datasource's own user. ``user_privileges`` / ``privileges_checked_at``: what
+    ``db_user`` could do beyond reading at the last check, as on the datasource. One per
+    team and datasource.
+    """
+
+    datasource = models.ForeignKey(Datasource, on_delete=models.CASCADE, related_name="credentials")
+    team = models.ForeignKey(
+        Group,
+        on_delete=models.CASCADE,
+        related_name="datasource_credentials",
+        help_text="Its members' runs connect with these credentials.",
+    )
+    db_user = models.CharField(
+        max_length=200,
+        verbose_name="database user",
+        help_text="The user its members' runs connect as (may use global {secret:NAME} "
+        "placeholders, like the datasource's user).",
+    )
+    password = models.CharField(
+        max_length=200,
+        blank=True,
+        default="",
+        help_text="A {secret:NAME} placeholder (never the password itself), or empty for none.",
+    )
+    priority = models.IntegerField(
+        default=0,
+        help_text="When a person is in several teams with their own credentials here, the "
+        "highest priority wins.",
+    )
+    user_privileges = models.JSONField(default=dict, blank=True, editable=False)
+    privileges_checked_at = models.DateTimeField(null=True, blank=True, editable=False)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ("-priority", "team__name")
+        verbose_name = "team credential"
+        verbose_name_plural = "team credentials"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["datasource", "team"],
+                name="datasource_credential_team_unique",
+                violation_error_message="This team already has its credentials on this datasource.",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.datasource_id}: {self.db_user} for team {self.team_id}"
+
+    def clean(self) -> None:
+        from secrets_vault.connections import connection_validate
+
+        datasource = self.datasource if self.datasource_id else None
+        if datasource is None:
+            return
+        if datasource.dialect == Datasource.Dialect.SQLITE:
+            raise ValidationError(
+                "An SQLite datasource has no database users: team credentials are for "
+                "PostgreSQL and MySQL datasources.",
+                code="credentials_not_supported",
+            )
+        if not self.db_user.strip():
+            raise ValidationError({"db_user": "Name the database user."}, code="invalid")
+        connection = datasource.connection if isinstance(datasource.connection, dict) else {}
+        try:
+            connection_validate(
+                dialect=datasource.dialect, connection=self.connection_for(connection)
+            )
+        except ValidationError as error:
+            # Only this credential's fields can be wrong here: the datasource's were checked.
+            messages = [m for ms in error.message_dict.values() for m in ms]
+            field = "password" if any("password" in m for m in messages) else "db_user"
+            raise ValidationError({field: messages}, code="invalid_connection") from None
+
+    def connection_for(self, connection: dict) -> dict:
+        """The datasource's ``connection`` with this credential's user and password in place
+        of its own (no password when this one has none)."""
+        merged = {key: value for key, value in connection.items() if key != "password"}
+        merged["user"] = self.db_user
+        if self.password:
+            merged["password"] = self.password
+        return merged
 
 
 class KnowledgeEntry(models.Model):

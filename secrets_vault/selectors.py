@@ -21,6 +21,7 @@ from secrets_vault.fields import UNDECRYPTABLE
 from secrets_vault.models import (
     CustomProvider,
     Datasource,
+    DatasourceCredential,
     KnowledgeEntry,
     ProviderAccess,
     ProviderModelLimit,
@@ -88,9 +89,48 @@ def secrets_lookup(*, user: User | None, names: list[str] | set[str]) -> dict[st
 
 
 def datasource_list(*, enabled_only: bool = True) -> QuerySet[Datasource]:
-    """Datasources by slug; only enabled ones unless ``enabled_only`` is False."""
+    """Datasources by slug; only enabled ones unless ``enabled_only`` is False. Every
+    datasource, whoever may use it: for operators; a person's are
+    :func:`datasources_for_user`."""
     query = Datasource.objects.all()
     return query.filter(enabled=True) if enabled_only else query
+
+
+def datasources_for_user(user: User | None) -> QuerySet[Datasource]:
+    """The enabled datasources ``user`` may use, by slug: the one rule of access
+    (``teams.selectors.accessible``: open to everyone, or listing one of the user's teams;
+    staff all; nobody signed in none). Every path that lets a person see or use a
+    datasource reads it through here: ``GET /api/datasources`` and ``/{slug}``, a run's and
+    a conversation's ``datasources``, ``POST /api/sql/ask``, what a run's sandbox and its
+    knowledge are given on the worker."""
+    return accessible(datasource_list(), user)
+
+
+def datasource_credential_for(
+    *, datasource: Datasource, user: User | None
+) -> DatasourceCredential | None:
+    """The team credentials ``user``'s runs on ``datasource`` connect with: of the teams
+    ``user`` is in now that have their own on it, the one of the highest ``priority``
+    (then the team's name); None when none has (the datasource's own user then). One
+    query."""
+    team_ids = user_team_ids(user)
+    if not team_ids:
+        return None
+    return (
+        DatasourceCredential.objects.filter(datasource=datasource, team_id__in=team_ids)
+        .select_related("team")
+        .order_by("-priority", "team__name", "pk")
+        .first()
+    )
+
+
+def datasource_credentials(*, datasource: Datasource) -> QuerySet[DatasourceCredential]:
+    """The datasource's team credentials, highest priority first, with their teams."""
+    return (
+        DatasourceCredential.objects.filter(datasource=datasource)
+        .select_related("team")
+        .order_by("-priority", "team__name", "pk")
+    )
 
 
 # --- Providers --------------------------------------------------------------------------

@@ -8,6 +8,9 @@ import factory
 from django.contrib.auth import get_user_model
 
 from conversations.models import Conversation
+from secrets_vault.models import Datasource
+from secrets_vault.services import datasource_create
+from teams.models import Access
 
 
 class UserFactory(factory.django.DjangoModelFactory):
@@ -41,3 +44,11 @@ def conversation_of(user, **fields) -> Conversation:
 def missing_id() -> str:
     """A UUID no row has."""
     return str(uuid.uuid4())
+
+
+def datasource_made(**fields) -> Datasource:
+    """A datasource made as an operator makes one (``services.datasource_create``: checked,
+    its database user's privileges too), open to everyone signed in unless ``access``
+    says otherwise: for the tests that are not about access (a new datasource is for staff
+    only by default)."""
+    return datasource_create(**{"access": Access.EVERYONE, **fields})

@@ -64,14 +64,15 @@ def conversation_create(
     server default); out of bounds is :class:`InvalidRequest` ``invalid_timeout``; a
     provider or model the user cannot use is refused as a run's would be
     (``unknown_provider``, ``provider_inactive``, ``unknown_model``, ``provider_required``).
-    ``datasources``: slugs of enabled datasources its runs are given by default (an
-    unknown or disabled one is :class:`InvalidRequest` ``unknown_datasource``)."""
+    ``datasources``: slugs of enabled datasources ``user`` may use, its runs are given
+    by default (an unknown or disabled one, or one ``user`` may not use, is
+    :class:`InvalidRequest` ``unknown_datasource``)."""
     _timeout_check(approval_timeout_seconds)
     provider_choice_check(
         user=user, llm_provider=llm_provider, llm_model=llm_model,
         where="the conversation's default",
     )  # fmt: skip
-    slugs = datasources_validate(slugs=datasources)
+    slugs = datasources_validate(slugs=datasources, user=user)
     conversation = Conversation.objects.create(
         user=user,
         title=title,
@@ -102,7 +103,7 @@ def conversation_update(*, user: User, conversation_id: UUID | str, **fields: An
     if "approval_timeout_seconds" in fields:
         _timeout_check(fields["approval_timeout_seconds"])
     if "datasources" in fields:
-        fields["datasources"] = datasources_validate(slugs=fields["datasources"])
+        fields["datasources"] = datasources_validate(slugs=fields["datasources"], user=user)
     with transaction.atomic():
         conversation = conversation_get(user=user, conversation_id=conversation_id, for_update=True)
         if "llm_provider" in fields or "llm_model" in fields:

@@ -26,13 +26,17 @@ from conversations.selectors.messages import run_status_message
 from conversations.services.approvals import approvals_cancel_for_run
 from conversations.services.attachments import attachments_validate, attachments_vision_check
 from conversations.services.conversations import conversation_create
-from conversations.services.events import message_publish_on_commit, run_status_publish
+from conversations.services.events import (
+    message_publish_on_commit,
+    notice_append,
+    run_status_publish,
+)
 from paw_project import metrics
 from paw_project.errors import Conflict, InvalidRequest, NotFound
 from sandboxes.enqueue import run_cancel_enqueue, run_execute_enqueue
 from secrets_vault.masking import mask_text
 from secrets_vault.services import (
-    datasources_available,
+    datasources_kept,
     datasources_validate,
     prompt_secret_values,
     provider_resolve,
@@ -88,7 +92,7 @@ def run_plan(
     choice = provider_resolve(
         user=user, conversation=conversation, llm_provider=llm_provider, llm_model=llm_model
     )
-    slugs = datasources_validate(slugs=datasources)
+    slugs = datasources_validate(slugs=datasources, user=user)
     return RunPlan(
         provider=choice.name,
         model=choice.model,
@@ -119,7 +123,9 @@ def run_start(
 
     ``prompt``: 1–100,000 characters. ``llm_provider``/``llm_model`` override the
     conversation's default; ``datasources`` are slugs the run may query (None: the
-    conversation's ``datasources``, less any disabled since; ``[]``: none); ``tools``, when
+    conversation's ``datasources``, less any disabled since and any ``user`` may no
+    longer use, which the run says in a ``notice`` ``datasource_access_lost``; ``[]``:
+    none); ``tools``, when
     given, the only tools it may use (``kind`` ``sql``: :func:`sql_ask`); ``replaces``, the
     run it is a new version of (:func:`run_replace` checks that it may be);
     ``attachments``, images of the workspace sent to the model with the prompt
@@ -150,16 +156,19 @@ def run_start(
             f"The prompt is longer than {MAX_PROMPT_CHARS} characters.", code="prompt_too_long"
         )
     images = attachments_validate(conversation_id=conversation.id, attachments=attachments)
+    # The conversation's kept datasources are checked again at every run: one the person
+    # may no longer use (a team left, an access rule changed) is left out, and said so.
+    kept = (
+        datasources_kept(slugs=list(conversation.datasources or []), user=user)
+        if datasources is None
+        else None
+    )
     plan = run_plan(
         user=user,
         conversation=conversation,
         llm_provider=llm_provider,
         llm_model=llm_model,
-        datasources=(
-            list(datasources)
-            if datasources is not None
-            else datasources_available(slugs=list(conversation.datasources or []))
-        ),
+        datasources=list(datasources) if kept is None else kept.usable,
     )
     attachments_vision_check(
         attachments=images, vision=plan.vision, provider=plan.provider, model=plan.model
@@ -192,6 +201,8 @@ def run_start(
             transaction.on_commit(
                 lambda: run_execute_enqueue(run_id=run.id, conversation_id=conversation.id)
             )
+            if kept is not None and kept.lost:
+                _datasources_lost_notice(run, kept.lost)
             run_status_publish(run)
             transaction.on_commit(metrics.run_started)
     except IntegrityError:
@@ -204,6 +215,26 @@ def run_start(
             raise _not_last_turn() from None  # another new version came first
         raise
     return run
+
+
+#: The notice of a run left without some of its conversation's datasources.
+DATASOURCES_LOST_CODE = "datasource_access_lost"
+
+
+def _datasources_lost_notice(run: Run, slugs: list[str]) -> None:
+    """Store (with the run, in its transaction) the notice that the conversation's
+    datasources ``slugs`` are left out of ``run``: its person may no longer use them."""
+    names = ", ".join(slugs)
+    notice_append(
+        conversation_id=run.conversation_id,
+        run_id=run.id,
+        code=DATASOURCES_LOST_CODE,
+        message=(
+            f"This run goes without {names}: you may no longer use "
+            f"{'it' if len(slugs) == 1 else 'them'} (your teams or the datasource's access "
+            "changed). Ask an operator if you need it."
+        ),
+    )
 
 
 def _not_last_turn() -> Conflict:
@@ -299,7 +330,7 @@ def sql_ask(
     disabled slug, 404 for another user's conversation, 409, 402 …); a refused question
     leaves no new conversation behind.
     """
-    slugs = datasources_validate(slugs=[datasource])
+    slugs = datasources_validate(slugs=[datasource], user=user)
     with transaction.atomic():
         if conversation_id is None:
             # The new conversation keeps the datasource: a follow-up asked in the chat

@@ -65,9 +65,8 @@ from conversations.services.workspaces import (
 )
 from paw_project.errors import Forbidden, InvalidRequest
 from secrets_vault.masking import StreamMasker, mask_text
-from secrets_vault.selectors import datasource_list
-from secrets_vault.services import stored_secret_values
-from teams.selectors import accessible, user_team_ids
+from secrets_vault.services import datasources_available, stored_secret_values
+from teams.selectors import user_team_ids
 
 #: Shares one conversation may have at once.
 MAX_SHARES_PER_CONVERSATION = 20
@@ -417,14 +416,9 @@ def share_delete(*, user: User, conversation_id: UUID | str, share_id: UUID | st
 
 def datasources_usable(*, user: User, slugs: list[str]) -> list[str]:
     """The datasources among ``slugs`` that ``user`` may use (enabled, and open to them
-    by the access rule ``teams.selectors.accessible``), in the order given, without
-    duplicates. The one place a fork decides it."""
-    usable = set(
-        accessible(datasource_list().filter(slug__in=list(slugs)), user).values_list(
-            "slug", flat=True
-        )
-    )
-    return [slug for slug in dict.fromkeys(slugs) if slug in usable]
+    by the access rule: ``secrets_vault.services.datasources_available``, every path's
+    one rule), in the order given, without duplicates. The one place a fork decides it."""
+    return datasources_available(slugs=list(slugs), user=user)
 
 
 def _fork_title(title: str) -> str:

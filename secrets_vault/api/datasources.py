@@ -9,7 +9,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from paw_project.api import list_output
-from secrets_vault.selectors import datasource_list
+from secrets_vault.selectors import datasources_for_user
 
 
 class DatasourceOutput(serializers.Serializer):
@@ -22,10 +22,15 @@ class DatasourceOutput(serializers.Serializer):
 
 
 class DatasourceListApi(APIView):
-    """``GET /api/datasources``: the enabled datasources a run may be given."""
+    """``GET /api/datasources``: the enabled datasources the caller may give a run (the
+    access rule: ``selectors.datasources_for_user``)."""
 
-    OutputSerializer = list_output(key="datasources", item=DatasourceOutput, ref_name="DatasourceListOutput")
+    OutputSerializer = list_output(
+        key="datasources", item=DatasourceOutput, ref_name="DatasourceListOutput"
+    )
 
     @extend_schema(responses=OutputSerializer, summary="List the datasources runs may use")
     def get(self, request: Request) -> Response:
-        return Response(self.OutputSerializer({"datasources": datasource_list()}).data)
+        return Response(
+            self.OutputSerializer({"datasources": datasources_for_user(request.user)}).data
+        )

@@ -17,7 +17,11 @@ from paw_project.api import StrictSerializer, error_responses, paginated_respons
 from paw_project.errors import InvalidRequest, NotFound
 from secrets_vault.api.operators import AdminDatasourceOutput, datasource_or_404
 from secrets_vault.models import Datasource, KnowledgeEntry
-from secrets_vault.selectors import datasource_list, knowledge_get, knowledge_list
+from secrets_vault.selectors import (
+    datasources_for_user,
+    knowledge_get,
+    knowledge_list,
+)
 from secrets_vault.services import (
     datasource_schema_refresh_request,
     knowledge_entry_create,
@@ -198,8 +202,9 @@ class _Example(_Doc):
 
 
 class DatasourceDetailApi(APIView):
-    """``GET /api/datasources/{slug}``: an enabled datasource with what the agent knows of
-    it: its docs and examples, and its schema summarized (one line per table)."""
+    """``GET /api/datasources/{slug}``: an enabled datasource the caller may use, with what
+    the agent knows of it: its docs and examples, and its schema summarized (one line per
+    table); 404 for one they may not use, as for an unknown one."""
 
     class OutputSerializer(serializers.Serializer):
         class Meta:
@@ -218,7 +223,8 @@ class DatasourceDetailApi(APIView):
         responses={200: OutputSerializer, **error_responses(404)},
     )
     def get(self, request: Request, slug: str) -> Response:
-        datasource = datasource_list().filter(slug=slug).first()
+        # One the caller may not use is a 404 like an unknown one: nothing says it exists.
+        datasource = datasources_for_user(request.user).filter(slug=slug).first()
         if datasource is None:
             raise NotFound(f"No datasource '{slug}'.", code="datasource_not_found")
         entries = knowledge_list(datasource=datasource)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
+from django.db.models import Prefetch, QuerySet
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.permissions import IsAdminUser
@@ -14,12 +15,15 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from paw_project.adminkit import operator_write_log
-from paw_project.api import JsonTypedSerializer, list_output
+from paw_project.api import JsonTypedSerializer, error_responses, list_output
 from paw_project.errors import InvalidRequest, NotFound
-from secrets_vault.models import Datasource, Secret
-from secrets_vault.selectors import datasource_list, secret_list_all
+from secrets_vault.models import Datasource, DatasourceCredential, Secret
+from secrets_vault.selectors import datasource_credentials, datasource_list, secret_list_all
 from secrets_vault.services import (
     datasource_create,
+    datasource_credential_create,
+    datasource_credential_delete,
+    datasource_credential_update,
     datasource_delete,
     datasource_test,
     datasource_update,
@@ -27,6 +31,7 @@ from secrets_vault.services import (
     secret_delete,
     secret_update,
 )
+from teams.models import Access
 
 
 class AdminSecretOutput(serializers.Serializer):
@@ -137,8 +142,42 @@ class AdminSecretDetailApi(APIView):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
+#: The most teams one request may set on a datasource (bounded work per request).
+TEAMS_MAX = 1_000
+
+
+class _TeamBrief(serializers.Serializer):
+    """A team as a datasource shows it: id and name."""
+
+    class Meta:
+        ref_name = "DatasourceTeam"
+
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+
+
+class AdminCredentialOutput(serializers.Serializer):
+    """A team's own credentials on a datasource (the password is a placeholder only)."""
+
+    id = serializers.IntegerField()
+    team = _TeamBrief()
+    user = serializers.CharField(source="db_user", help_text="The database user.")
+    password = serializers.CharField(help_text="A {secret:NAME} placeholder, or empty.")
+    priority = serializers.IntegerField(
+        help_text="Of a person's teams with their own credentials here, the highest wins."
+    )
+    user_privileges = serializers.JSONField(
+        help_text="What this database user could do beyond reading at the last check "
+        '({"refused": [...], "noted": [...]}; {} when not checked).'
+    )
+    privileges_checked_at = serializers.DateTimeField(allow_null=True)
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+
+
 class AdminDatasourceOutput(serializers.Serializer):
-    """A datasource with its connection settings (passwords are placeholders only)."""
+    """A datasource with its connection settings (passwords are placeholders only), its
+    access rule and its teams' own credentials."""
 
     slug = serializers.CharField()
     name = serializers.CharField()
@@ -157,6 +196,16 @@ class AdminDatasourceOutput(serializers.Serializer):
         allow_null=True, help_text="When that was checked (saving or testing a read-only one)."
     )
     enabled = serializers.BooleanField()
+    access = serializers.CharField(
+        help_text="everyone (every signed-in person) or teams (the members of its teams; "
+        "staff always)."
+    )
+    teams = _TeamBrief(many=True, source="teams.all")
+    credentials = AdminCredentialOutput(
+        many=True,
+        source="credentials.all",
+        help_text="Teams' own database users: their members' runs connect as them.",
+    )
     allowed_hosts = serializers.ListField(child=serializers.CharField())
     env = serializers.CharField(source="env_name")
     schema_requested_at = serializers.DateTimeField(
@@ -187,14 +236,34 @@ class AdminDatasourceInput(JsonTypedSerializer):
         "(unsafe; refused with 400 datasource_user_privileged otherwise).",
     )
     enabled = serializers.BooleanField(required=False)
+    access = serializers.ChoiceField(
+        choices=Access.choices,
+        required=False,
+        help_text="everyone, or teams: only the members of `teams` (and staff). A new "
+        "datasource is teams with no team (staff only) unless told otherwise.",
+    )
+    teams = serializers.ListField(
+        child=serializers.IntegerField(min_value=1, max_value=2**31 - 1), required=False,
+        max_length=TEAMS_MAX,
+        help_text="Team ids (GET /api/admin/teams): the whole list; an unknown id is 400 "
+        "unknown_team.",
+    )  # fmt: skip
     allowed_hosts = serializers.ListField(
         child=serializers.CharField(max_length=260), required=False, max_length=20,
         help_text="More destinations an isolated sandbox may reach when a run uses it.",
     )  # fmt: skip
 
 
+def _datasources() -> QuerySet[Datasource]:
+    """Every datasource, with what the output shows of its teams and credentials."""
+    return datasource_list(enabled_only=False).prefetch_related(
+        "teams",
+        Prefetch("credentials", queryset=DatasourceCredential.objects.select_related("team")),
+    )
+
+
 def datasource_or_404(slug: str) -> Datasource:
-    datasource = datasource_list(enabled_only=False).filter(slug=slug).first()
+    datasource = _datasources().filter(slug=slug).first()
     if datasource is None:
         raise NotFound(f"No datasource '{slug}'.", code="datasource_not_found")
     return datasource
@@ -212,8 +281,7 @@ class AdminDatasourceListApi(APIView):
 
     @extend_schema(responses=OutputSerializer, operation_id="admin_datasources_list")
     def get(self, request: Request) -> Response:
-        datasources = datasource_list(enabled_only=False)
-        return Response(self.OutputSerializer({"datasources": datasources}).data)
+        return Response(self.OutputSerializer({"datasources": _datasources()}).data)
 
     @extend_schema(request=AdminDatasourceInput, responses={201: AdminDatasourceOutput})
     def post(self, request: Request) -> Response:
@@ -221,7 +289,10 @@ class AdminDatasourceListApi(APIView):
         data.is_valid(raise_exception=True)
         datasource = datasource_create(**data.validated_data)
         operator_write_log(request=request, obj=datasource, action="add")
-        return Response(AdminDatasourceOutput(datasource).data, status=status.HTTP_201_CREATED)
+        return Response(
+            AdminDatasourceOutput(datasource_or_404(datasource.slug)).data,
+            status=status.HTTP_201_CREATED,
+        )
 
 
 class AdminDatasourceDetailApi(APIView):
@@ -241,7 +312,7 @@ class AdminDatasourceDetailApi(APIView):
         operator_write_log(
             request=request, obj=datasource, action="change", fields=sorted(data.validated_data)
         )
-        return Response(AdminDatasourceOutput(datasource).data)
+        return Response(AdminDatasourceOutput(datasource_or_404(datasource.slug)).data)
 
     @extend_schema(responses={204: None})
     def delete(self, request: Request, slug: str) -> Response:
@@ -269,3 +340,110 @@ class AdminDatasourceTestApi(APIView):
     def post(self, request: Request, slug: str) -> Response:
         result = datasource_test(datasource=datasource_or_404(slug), user=request.user)
         return Response(self.OutputSerializer(result).data)
+
+
+class AdminCredentialInput(JsonTypedSerializer):
+    """A team credential's fields; ``partial=True`` for PATCH."""
+
+    class Meta:
+        ref_name = "AdminCredentialInput"
+
+    team = serializers.IntegerField(
+        min_value=1, max_value=2**31 - 1, help_text="The team's id (GET /api/admin/teams)."
+    )
+    user = serializers.CharField(max_length=200, help_text="The database user its runs use.")
+    password = serializers.CharField(
+        max_length=200,
+        required=False,
+        allow_blank=True,
+        help_text="A {secret:NAME} placeholder (a literal password is refused), or empty.",
+    )
+    priority = serializers.IntegerField(required=False, min_value=-(2**31), max_value=2**31 - 1)
+
+
+def _credential_or_404(datasource: Datasource, credential_id: int) -> DatasourceCredential:
+    credential = datasource_credentials(datasource=datasource).filter(pk=credential_id).first()
+    if credential is None:
+        raise NotFound("No such credential on this datasource.", code="credential_not_found")
+    return credential
+
+
+class AdminCredentialListApi(APIView):
+    """``GET /api/admin/datasources/{slug}/credentials``: the teams' own credentials on it,
+    highest priority first; ``POST`` ``{team, user, password?, priority?}`` gives a team
+    its own (201; 400 ``unknown_team``, ``invalid`` for a literal password,
+    ``credentials_not_supported`` on SQLite, ``datasource_user_privileged``; 409
+    ``credential_exists``)."""
+
+    permission_classes = (IsAdminUser,)
+
+    OutputSerializer = list_output(
+        key="credentials", item=AdminCredentialOutput, ref_name="AdminCredentialListOutput"
+    )
+
+    @extend_schema(
+        operation_id="admin_datasource_credentials_list",
+        responses={200: OutputSerializer, **error_responses(403, 404)},
+    )
+    def get(self, request: Request, slug: str) -> Response:
+        credentials = datasource_credentials(datasource=datasource_or_404(slug))
+        return Response(self.OutputSerializer({"credentials": credentials}).data)
+
+    @extend_schema(
+        operation_id="admin_datasource_credentials_create",
+        request=AdminCredentialInput,
+        responses={201: AdminCredentialOutput, **error_responses(400, 403, 404, 409)},
+    )
+    def post(self, request: Request, slug: str) -> Response:
+        datasource = datasource_or_404(slug)
+        data = AdminCredentialInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        credential = datasource_credential_create(datasource=datasource, **data.validated_data)
+        operator_write_log(request=request, obj=credential, action="add")
+        return Response(
+            AdminCredentialOutput(_credential_or_404(datasource, credential.pk)).data,
+            status=status.HTTP_201_CREATED,
+        )
+
+
+class AdminCredentialDetailApi(APIView):
+    """``GET /api/admin/datasources/{slug}/credentials/{id}``; ``PATCH`` any of ``team``,
+    ``user``, ``password``, ``priority`` (checked as a new one); ``DELETE`` (204: the
+    team's runs connect as the datasource's own user again)."""
+
+    permission_classes = (IsAdminUser,)
+
+    @extend_schema(
+        operation_id="admin_datasource_credentials_retrieve",
+        responses={200: AdminCredentialOutput, **error_responses(403, 404)},
+    )
+    def get(self, request: Request, slug: str, credential_id: int) -> Response:
+        credential = _credential_or_404(datasource_or_404(slug), credential_id)
+        return Response(AdminCredentialOutput(credential).data)
+
+    @extend_schema(
+        operation_id="admin_datasource_credentials_update",
+        request=AdminCredentialInput,
+        responses={200: AdminCredentialOutput, **error_responses(400, 403, 404, 409)},
+    )
+    def patch(self, request: Request, slug: str, credential_id: int) -> Response:
+        datasource = datasource_or_404(slug)
+        credential = _credential_or_404(datasource, credential_id)
+        data = AdminCredentialInput(data=request.data, partial=True)
+        data.is_valid(raise_exception=True)
+        datasource_credential_update(credential=credential, **data.validated_data)
+        operator_write_log(
+            request=request, obj=credential, action="change", fields=sorted(data.validated_data)
+        )
+        return Response(AdminCredentialOutput(_credential_or_404(datasource, credential_id)).data)
+
+    @extend_schema(
+        operation_id="admin_datasource_credentials_destroy",
+        responses={204: None, **error_responses(403, 404)},
+    )
+    def delete(self, request: Request, slug: str, credential_id: int) -> Response:
+        credential = _credential_or_404(datasource_or_404(slug), credential_id)
+        with transaction.atomic():
+            operator_write_log(request=request, obj=credential, action="delete")
+            datasource_credential_delete(credential=credential)
+        return Response(status=status.HTTP_204_NO_CONTENT)

@@ -56,6 +56,16 @@ urlpatterns = [
         name="admin-datasource-test",
     ),
     path(
+        "admin/datasources/<str:slug>/credentials",
+        operators.AdminCredentialListApi.as_view(),
+        name="admin-datasource-credential-list",
+    ),
+    path(
+        "admin/datasources/<str:slug>/credentials/<int:credential_id>",
+        operators.AdminCredentialDetailApi.as_view(),
+        name="admin-datasource-credential-detail",
+    ),
+    path(
         "admin/datasources/<str:slug>/refresh-schema",
         knowledge.AdminDatasourceRefreshSchemaApi.as_view(),
         name="admin-datasource-refresh-schema",

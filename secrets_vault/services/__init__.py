@@ -11,9 +11,15 @@
 """
 
 from secrets_vault.services.datasources import (
+    CREDENTIAL_FIELDS,
     DatasourceConnection,
+    KeptDatasources,
     datasource_connection,
     datasource_create,
+    datasource_credential_create,
+    datasource_credential_delete,
+    datasource_credential_save,
+    datasource_credential_update,
     datasource_delete,
     datasource_paw_database_check,
     datasource_privileges_check,
@@ -24,6 +30,7 @@ from secrets_vault.services.datasources import (
     datasource_test,
     datasource_update,
     datasources_available,
+    datasources_kept,
     datasources_validate,
 )
 from secrets_vault.services.demo import (
@@ -74,9 +81,11 @@ from secrets_vault.services.secrets import (
 )
 
 __all__ = [
+    "CREDENTIAL_FIELDS",
     "DEMO_DATASOURCE_SLUG",
     "DatasourceConnection",
     "IndexSource",
+    "KeptDatasources",
     "ProviderChoice",
     "ReencryptResult",
     "Resolved",
@@ -86,6 +95,10 @@ __all__ = [
     "custom_provider_save",
     "datasource_connection",
     "datasource_create",
+    "datasource_credential_create",
+    "datasource_credential_delete",
+    "datasource_credential_save",
+    "datasource_credential_update",
     "datasource_delete",
     "datasource_paw_database_check",
     "datasource_privileges_check",
@@ -98,6 +111,7 @@ __all__ = [
     "datasource_test",
     "datasource_update",
     "datasources_available",
+    "datasources_kept",
     "datasources_validate",
     "demo_datasource_ensure",
     "demo_tips_database",

@@ -35,7 +35,7 @@ from secrets_vault.embeddings import Embedder, EmbeddingError, embedder_configur
 from secrets_vault.introspection import schema_harvest
 from secrets_vault.masking import mask_text
 from secrets_vault.models import Datasource, KnowledgeEntry
-from secrets_vault.selectors import knowledge_search, knowledge_unembedded
+from secrets_vault.selectors import datasources_for_user, knowledge_search, knowledge_unembedded
 from secrets_vault.services.datasources import datasource_resolved
 from secrets_vault.vectors import vector_bytes
 
@@ -379,8 +379,11 @@ class RunKnowledge:
     vector_model: str = ""
 
 
-def knowledge_for_run(*, datasource_slugs: list[str], prompt: str) -> RunKnowledge:
-    """On the worker, before a run is submitted: the knowledge of the run's datasources.
+def knowledge_for_run(
+    *, datasource_slugs: list[str], prompt: str, user: User | None
+) -> RunKnowledge:
+    """On the worker, before a run is submitted: the knowledge of the run's datasources,
+    only those of them ``user`` (the run's) may use (``selectors.datasources_for_user``).
 
     ``entries``: the most relevant to ``prompt`` (hybrid search, see
     ``selectors.knowledge_search``; the query is embedded here when embeddings are
@@ -391,8 +394,11 @@ def knowledge_for_run(*, datasource_slugs: list[str], prompt: str) -> RunKnowled
     datasources with knowledge, at their current version. An embedding failure degrades
     to full-text (logged).
     """
+    if not datasource_slugs:
+        return RunKnowledge()
     datasources = list(
-        Datasource.objects.filter(slug__in=datasource_slugs, enabled=True, knowledge__isnull=False)
+        datasources_for_user(user)
+        .filter(slug__in=datasource_slugs, knowledge__isnull=False)
         .distinct()
         .order_by("slug")
     )

@@ -11,7 +11,8 @@ from paw_project.errors import InvalidRequest
 from secrets_vault.embeddings import embedder_configured
 from secrets_vault.fields import UNDECRYPTABLE
 from secrets_vault.masking import secret_values_register
-from secrets_vault.models import Datasource, Secret
+from secrets_vault.models import Secret
+from secrets_vault.selectors import datasource_credential_for, datasources_for_user
 from secrets_vault.services.datasources import datasource_connection, datasources_validate
 from secrets_vault.services.secrets import secrets_mark_used
 
@@ -79,8 +80,12 @@ def sandbox_environment(
 
     * Each of the user's own secrets as a variable of the same name (global secrets are
       never given as variables: only as provider keys or through placeholders).
-    * For each datasource of ``datasource_slugs``: ``PAW_DATASOURCE_<SLUG>_URL`` (slug
-      upper-cased, ``-`` as ``_``; placeholders resolved by ``datasource_resolve``: the
+    * For each datasource of ``datasource_slugs`` (each one ``user`` may use, checked
+      again here on the worker: ``selectors.datasources_for_user``):
+      ``PAW_DATASOURCE_<SLUG>_URL`` (slug upper-cased, ``-`` as ``_``; as the database
+      user of ``user``'s team's credentials on it when one has its own,
+      ``selectors.datasource_credential_for``, else the datasource's own; placeholders
+      resolved by ``datasource_resolve``: the
       password the user's secret before a global one, host, port, database and user
       only global ones; never PAW's own database; URL forms in
       ``secrets_vault.connections``), and a :class:`RunDatasource` in ``datasources``
@@ -92,15 +97,15 @@ def sandbox_environment(
       ``OPENAI_API_KEY`` (``"no-key"`` for a keyless endpoint) and ``OPENAI_MODEL``,
       set last so they win over a user secret of the same name.
 
-    Raises :class:`InvalidRequest` (400): ``unknown_datasource`` naming unknown or
-    disabled slugs, ``secret_missing`` / ``secret_undecryptable`` naming a secret a
+    Raises :class:`InvalidRequest` (400): ``unknown_datasource`` naming unknown,
+    disabled or not allowed slugs, ``secret_missing`` / ``secret_undecryptable`` naming a secret a
     datasource needs or one of the user's secrets no configured key opens,
     ``invalid_connection`` for a resolved field that is not acceptable (a host list, a bad
     port), ``datasource_is_paw_database`` for a datasource that resolves to PAW's own
     database. Notes every
     secret given as used, and registers the values for log masking.
     """
-    slugs = datasources_validate(slugs=datasource_slugs)
+    slugs = datasources_validate(slugs=datasource_slugs, user=user)
     env: dict[str, str] = {}
     secret_values: dict[str, str] = {}
     used: list[int] = []
@@ -120,9 +125,13 @@ def sandbox_environment(
         used.append(secret.pk)
 
     described: list[RunDatasource] = []
-    datasources = {d.slug: d for d in Datasource.objects.filter(slug__in=slugs, enabled=True)}
+    datasources = {d.slug: d for d in datasources_for_user(user).filter(slug__in=slugs)}
     for slug in slugs:
-        connection = datasource_connection(datasource=datasources[slug], user=user)
+        connection = datasource_connection(
+            datasource=datasources[slug],
+            user=user,
+            credential=datasource_credential_for(datasource=datasources[slug], user=user),
+        )
         datasource = connection.datasource
         env[datasource.env_name] = connection.url
         for name, value in connection.secret_values.items():

@@ -15,8 +15,8 @@ from django.contrib.auth.models import Group
 
 from audit.models import SqlStatement
 from conversations.models import Approval, Conversation, RunEvent
-from secrets_vault.services import datasource_create
 from tests.conftest import SCRIPTED_API_KEY, api_client_for
+from tests.factories import datasource_made
 from tests.live import wait_for
 from tests.pgdatasource import pg_datasource_settings
 from tests.secrets_vault.conftest import secret_value
@@ -45,7 +45,7 @@ def shop(tmp_path):
             "INSERT INTO orders (day, total) VALUES (?, ?)",
             [("Sat", 20.5), ("Sun", 31.0), ("Sun", 12.25)],
         )
-    datasource_create(
+    datasource_made(
         slug="shop", name="Shop", dialect="sqlite", read_only=False,
         connection={"database": str(path)},
     )  # fmt: skip
@@ -229,7 +229,7 @@ def test_an_auto_approved_write_names_the_conversations_owner(
 def test_a_statement_cut_short_by_a_cancel_is_recorded_interrupted(
     api, celery_worker, scripted_model
 ):
-    datasource_create(
+    datasource_made(
         slug="pg", name="PG", dialect="postgresql", connection=pg_datasource_settings()
     )
     prompt = "Audit me: count to three hundred million"
@@ -279,7 +279,7 @@ def test_a_write_refused_on_a_read_only_datasource_is_recorded_refused(
     path = tmp_path / "ro.sqlite3"
     with sqlite3.connect(path) as db:
         db.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY)")
-    datasource_create(
+    datasource_made(
         slug="ro", name="Read only", dialect="sqlite", read_only=True,
         connection={"database": str(path)},
     )  # fmt: skip

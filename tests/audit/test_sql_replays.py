@@ -15,8 +15,7 @@ import pytest
 from audit.models import SqlStatement
 from conversations.models import Run
 from conversations.services.run_effects import LineKind, RunEffects, RunLine, SqlCall
-from secrets_vault.services import datasource_create
-from tests.factories import ConversationFactory
+from tests.factories import ConversationFactory, datasource_made
 from tests.live import wait_for
 from tests.sandboxes.scenarios import FAKE, start_with_mode
 
@@ -28,7 +27,7 @@ def shop(tmp_path):
     path = tmp_path / "shop.sqlite3"
     with sqlite3.connect(path) as db:
         db.execute("CREATE TABLE orders (day TEXT)")
-    return datasource_create(
+    return datasource_made(
         slug="shop", name="Shop", dialect="sqlite", connection={"database": str(path)}
     )
 

@@ -23,6 +23,7 @@ from paw_client import (
     RunActive,
 )
 from secrets_vault.models import Datasource
+from teams.models import Access
 from tests.billing.ledger import ledger_event
 from tests.clients.conftest import TIPS, Person
 from tests.conftest import use_up_throttle
@@ -55,8 +56,9 @@ def test_a_personal_token_and_typed_errors(stack, person, monkeypatch):
             conversation.update(datasources=["no-such-source"])
         assert no_source.value.code == "unknown_datasource"
         Datasource.objects.create(
-            slug="shop", name="Shop", dialect="sqlite", connection={"database": "shop.db"}
-        )
+            slug="shop", name="Shop", dialect="sqlite", connection={"database": "shop.db"},
+            access=Access.EVERYONE,
+        )  # fmt: skip
         assert conversation.update(datasources=["shop"]).datasources == ["shop"]
         assert paw.conversation(conversation.id).datasources == ["shop"]
         with pytest.raises(InvalidRequest) as unknown:
@@ -342,8 +344,9 @@ def test_the_data_agent_from_the_library_knowledge_refresh_and_sql_ask(
     operator.user.save()
     staff = Client(stack.base, token=operator.token)
     staff.admin_create_datasource(
-        slug="shop", name="Shop", dialect="sqlite", connection={"database": str(shop)}
-    )
+        slug="shop", name="Shop", dialect="sqlite", connection={"database": str(shop)},
+        access="everyone",  # a new datasource is for staff only
+    )  # fmt: skip
     staff.admin_refresh_schema("shop")
     schema = wait_for(
         lambda: staff.admin_knowledge("shop", kind="schema"), timeout=60, what="the schema"

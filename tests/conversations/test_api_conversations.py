@@ -12,6 +12,7 @@ from rest_framework.test import APIClient
 from conversations.models import Conversation, ConversationFile, Run, RunEvent
 from conversations.selectors.workspaces import workspace_path
 from conversations.services.workspaces import workspace_ensure
+from teams.models import Access
 from tests.factories import conversation_of, missing_id
 
 pytestmark = pytest.mark.django_db
@@ -178,8 +179,9 @@ def test_a_conversation_keeps_its_datasources_and_its_runs_get_them(
     settings.PAW_LLM_MODEL = "scripted-model"
     for slug in ("shop", "tips", "old"):
         Datasource.objects.create(
-            slug=slug, name=slug.title(), dialect="sqlite", connection={"database": "x.db"}
-        )
+            slug=slug, name=slug.title(), dialect="sqlite", connection={"database": "x.db"},
+            access=Access.EVERYONE,
+        )  # fmt: skip
     url = f"/api/conversations/{conversation.id}"
     assert api.get(url).json()["datasources"] == []
     response = api.patch(url, {"datasources": ["tips", "shop", "tips"]}, format="json")

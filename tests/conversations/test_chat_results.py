@@ -13,8 +13,10 @@ import time
 
 import pytest
 
+from accounts.models import User
 from conversations.models import Conversation, Run
 from secrets_vault.models import Datasource
+from teams.models import Access, Team
 from tests.conftest import SCRIPTED_API_KEY
 from tests.conversations.test_chat_page import (
     alice,
@@ -60,7 +62,7 @@ def tips_datasource(tmp_path) -> Datasource:
         )
     return Datasource.objects.create(
         slug="tips", name="Tips", dialect="sqlite", description="Restaurant bills",
-        connection={"database": str(path)},
+        connection={"database": str(path)}, access=Access.EVERYONE,
     )  # fmt: skip
 
 
@@ -424,6 +426,7 @@ def test_the_picker_drops_a_datasource_disabled_since_it_was_chosen(tips_datasou
         dialect="sqlite",
         connection={"database": "gone.db"},
         enabled=False,
+        access=Access.EVERYONE,
     )
     conversation = Conversation.objects.get(user__username="alice")
     Conversation.objects.filter(pk=conversation.pk).update(datasources=["gone", "tips"])
@@ -442,6 +445,28 @@ def test_the_picker_drops_a_datasource_disabled_since_it_was_chosen(tips_datasou
     assert label.inner_text() == "none"
     conversation.refresh_from_db()
     assert conversation.datasources == []
+    assert_no_page_errors(chat)
+
+
+def test_the_picker_lists_only_the_datasources_its_person_may_use(tips_datasource, chat):
+    team = Team.objects.create(name="analysts")
+    Datasource.objects.create(
+        slug="finance", name="Finance", dialect="sqlite", connection={"database": "f.db"},
+        access=Access.TEAMS,
+    ).teams.set([team])  # fmt: skip
+    page = chat.page
+    page.reload()
+    picker = page.locator("#datasource-picker")
+    picker.locator("summary").click()
+    picker.get_by_label("Tips").wait_for()
+    assert [t.strip() for t in picker.locator("li").all_inner_texts()] == [
+        "Tips sqlite · Restaurant bills"
+    ]
+    team.user_set.add(User.objects.get(username="alice"))  # alice joins the team
+    page.reload()
+    picker.locator("summary").click()
+    picker.get_by_label("Finance").wait_for()
+    assert [t.split()[0] for t in picker.locator("li").all_inner_texts()] == ["Finance", "Tips"]
     assert_no_page_errors(chat)
 
 

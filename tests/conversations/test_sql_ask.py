@@ -11,9 +11,9 @@ import sqlite3
 import pytest
 
 from conversations.models import Approval, Conversation, Run
-from secrets_vault.services import datasource_create
 from secrets_vault.services.knowledge import datasource_schema_refresh
 from tests.conftest import SCRIPTED_API_KEY
+from tests.factories import datasource_made
 from tests.live import wait_for
 from tests.mariadb import mariadb_cursor, mariadb_settings
 from tests.pgdatasource import pg_datasource_settings
@@ -67,7 +67,7 @@ def shop_file(tmp_path):
 def test_a_question_about_a_sqlite_datasource_gets_its_knowledge_only_sql_tools_and_a_result(
     api, celery_worker, scripted_model, shop_file
 ):
-    datasource = datasource_create(
+    datasource = datasource_made(
         slug="shop", name="Shop", dialect="sqlite", connection={"database": str(shop_file)}
     )
     datasource_schema_refresh(datasource_id=datasource.pk, user=None)
@@ -122,7 +122,7 @@ def test_a_postgresql_result_keeps_the_first_rows_and_says_it_is_truncated(
 ):
     worker_node.use(PAW_SQL_RESULT_ROWS="5")
     settings.PAW_SQL_RESULT_ROWS = 5
-    datasource_create(
+    datasource_made(
         slug="pg", name="PG", dialect="postgresql", connection=pg_datasource_settings()
     )
     question = "Count to 150"
@@ -141,7 +141,7 @@ def test_a_postgresql_result_keeps_the_first_rows_and_says_it_is_truncated(
 def test_a_write_asked_on_mariadb_waits_for_approval_in_the_given_conversation(
     api, celery_worker, scripted_model, mariadb
 ):
-    datasource_create(
+    datasource_made(
         slug="maria",
         name="Maria",
         dialect="mysql",
@@ -187,10 +187,10 @@ def test_a_write_asked_on_mariadb_waits_for_approval_in_the_given_conversation(
 
 
 def test_bad_questions_are_refused_and_leave_nothing_behind(api, other_api, db, shop_file):
-    datasource_create(
+    datasource_made(
         slug="shop", name="Shop", dialect="sqlite", connection={"database": str(shop_file)}
     )
-    datasource_create(
+    datasource_made(
         slug="off",
         name="Off",
         dialect="sqlite",
@@ -286,7 +286,7 @@ def test_the_demo_asked_about_another_datasource_does_not_query_demo_tips(
     says it has no script for that datasource, naming it."""
     from tests.scripts import demo_script
 
-    datasource_create(
+    datasource_made(
         slug="shop", name="Shop", dialect="sqlite", connection={"database": str(shop_file)}
     )
     scripted_model.load(demo_script())

@@ -17,8 +17,9 @@ from django.test import Client
 
 from conversations.models import Run, RunEvent
 from sandboxes.models import Sandbox
-from secrets_vault.services import datasource_create, secret_set
+from secrets_vault.services import secret_set
 from tests.conftest import SCRIPTED_API_KEY
+from tests.factories import datasource_made
 from tests.live import wait_for
 from tests.pgdatasource import pg_datasource_connect, pg_datasource_settings
 from tests.secrets_vault.conftest import secret_value
@@ -120,11 +121,11 @@ def test_a_run_queries_the_test_postgresql_database_and_a_printed_secret_is_mask
     # PostgreSQL trusts loopback here, so any password connects: it must still travel
     # only as a placeholder and never come back out.
     secret_set(name="SHOP_PG_PASSWORD", value=pg_password)
-    datasource_create(
+    datasource_made(
         slug="shop_pg", name="Shop PostgreSQL", dialect="postgresql",
         description="Stock (PostgreSQL)", connection=postgres_settings("{secret:SHOP_PG_PASSWORD}"),
     )  # fmt: skip
-    datasource_create(
+    datasource_made(
         slug="shop-file", name="Shop file", dialect="sqlite", description="Orders (SQLite)",
         connection={"database": str(shop_sqlite)},
     )  # fmt: skip
@@ -183,7 +184,7 @@ def test_a_run_queries_the_test_postgresql_database_and_a_printed_secret_is_mask
 def test_a_run_queries_a_sqlite_datasource_file_inside_the_jail(
     api, celery_worker, scripted_model, shop_sqlite
 ):
-    datasource_create(
+    datasource_made(
         slug="shop-file", name="Shop file", dialect="sqlite", description="Orders (SQLite)",
         connection={"database": str(shop_sqlite)},
     )  # fmt: skip
@@ -205,7 +206,7 @@ def test_a_run_queries_a_sqlite_datasource_file_inside_the_jail(
 def test_a_write_to_a_read_only_postgresql_datasource_never_happens(
     api, celery_worker, scripted_model, scratch_table
 ):
-    datasource_create(
+    datasource_made(
         slug="stock", name="Stock", dialect="postgresql", read_only=True,
         connection=postgres_settings("{secret:STOCK_PG_PASSWORD}"),
     )  # fmt: skip

@@ -25,9 +25,9 @@ from sandboxes.network import (
     destination_refusal,
     network_plan,
 )
-from secrets_vault.services import RunDatasource, datasource_create
+from secrets_vault.services import RunDatasource
 from tests.conftest import HARNESS, PAW_AGENT, SCRIPTED_API_KEY
-from tests.factories import ConversationFactory
+from tests.factories import ConversationFactory, datasource_made
 from tests.pgdatasource import pg_datasource_settings
 from tests.processes import database_settings
 from tests.sandboxes.conftest import require_bubblewrap
@@ -412,11 +412,11 @@ def test_postgresql_and_mariadb_datasources_work_through_the_forwarder(
     worker_node.use(PAW_AGENT, PAW_SANDBOX_ISOLATION="bwrap")
     # A database on PAW's own PostgreSQL server (never PAW's database itself): the server's
     # address, registered as a datasource of the run, is allowed.
-    datasource_create(
+    datasource_made(
         slug="net_pg", name="PG", dialect="postgresql", description="PAW's server",
         connection=pg_datasource_settings(),
     )  # fmt: skip
-    datasource_create(
+    datasource_made(
         slug="net_maria", name="Maria", dialect="mysql", description="MariaDB",
         connection={k: v for k, v in mariadb.items() if k in ("host", "port", "database", "user")},
     )  # fmt: skip
@@ -594,7 +594,7 @@ def test_a_datasources_allowed_hosts_open_for_the_runs_that_use_it_only(
     require_bubblewrap()
     worker_node.use(PAW_AGENT, PAW_SANDBOX_ISOLATION="bwrap")
     extra = Listener("127.0.0.3")
-    datasource_create(
+    datasource_made(
         slug="net_lite",
         name="Lite",
         dialect="sqlite",

@@ -20,10 +20,9 @@ from conversations.services.runs import SQL_TOOLS, run_start
 from conversations.services.workspaces import workspace_ensure
 from sandboxes.models import Sandbox
 from secrets_vault.models import KnowledgeEntry
-from secrets_vault.services import datasource_create
 from secrets_vault.services.knowledge import datasource_schema_refresh, knowledge_entry_create
 from tests.conftest import HARNESS, PAW_AGENT, SCRIPTED_API_KEY
-from tests.factories import ConversationFactory
+from tests.factories import ConversationFactory, datasource_made
 from tests.live import wait_for
 from tests.sandboxes.observe import finished, process_command_line, process_environment
 from tests.sandboxes.scenarios import FAKE
@@ -151,7 +150,7 @@ def shop_file(tmp_path):
 def test_a_runs_knowledge_is_in_the_model_request_searchable_and_read_only_in_the_jail(
     api, celery_worker, scripted_model, shop_file, user
 ):
-    datasource = datasource_create(
+    datasource = datasource_made(
         slug="shop", name="Shop", dialect="sqlite", connection={"database": str(shop_file)}
     )
     assert datasource_schema_refresh(datasource_id=datasource.pk, user=None) == 2
@@ -203,7 +202,7 @@ def test_retrieval_and_search_knowledge_are_hybrid_with_the_scripted_embeddings(
     worker_node.use(
         PAW_AGENT, PAW_EMBEDDING_PROVIDER="default", PAW_EMBEDDING_MODEL="scripted-embedding"
     )
-    datasource = datasource_create(
+    datasource = datasource_made(
         slug="shop", name="Shop", dialect="sqlite", connection={"database": str(shop_file)}
     )
     datasource_schema_refresh(datasource_id=datasource.pk, user=None)

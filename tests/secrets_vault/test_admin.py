@@ -74,7 +74,7 @@ def test_the_admin_refuses_a_reserved_name_and_a_user_secret_without_owner(opera
 def test_the_datasource_admin_refuses_a_literal_password(operator_client):
     form = {"slug": "sales", "name": "Sales", "description": "", "dialect": "postgresql",
             "connection": '{"host": "db", "database": "sales", "password": "plain-pw-123"}',
-            "read_only": "on", "enabled": "on"}  # fmt: skip
+            "read_only": "on", "enabled": "on", "access": "teams"}  # fmt: skip
     refused = operator_client.post(f"{DATASOURCES}add/", form)
     assert refused.status_code == 200
     assert b"A literal password is not accepted" in refused.content

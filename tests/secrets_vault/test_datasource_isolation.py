@@ -21,12 +21,12 @@ from paw_project.errors import InvalidRequest
 from secrets_vault import masking
 from secrets_vault.models import Datasource
 from secrets_vault.services import (
-    datasource_create,
     datasource_test,
     sandbox_environment,
     secret_set,
 )
 from secrets_vault.services.knowledge import knowledge_entry_create
+from tests.factories import datasource_made
 from tests.pgdatasource import pg_datasource_settings
 from tests.processes import database_settings
 from tests.secrets_vault import leak_scan
@@ -80,7 +80,7 @@ def test_the_operators_api_refuses_paws_own_postgresql_database(operator_client,
 
 def test_an_update_to_paws_own_database_is_refused_and_changes_nothing(operator_client):
     other = pg_datasource_settings()
-    assert datasource_create(slug="ds", name="DS", dialect="postgresql", connection=other)
+    assert datasource_made(slug="ds", name="DS", dialect="postgresql", connection=other)
     patched = operator_client.patch(
         f"{DATASOURCES_API}/ds", {"connection": paw_database("localhost")}, format="json"
     )
@@ -123,7 +123,7 @@ def test_the_admin_form_refuses_paws_own_database(operator_client):
 
     form = {
         "slug": "own", "name": "Own", "description": "", "dialect": "postgresql",
-        "connection": json.dumps(paw_database()), "read_only": "on", "enabled": "on",
+        "connection": json.dumps(paw_database()), "read_only": "on", "enabled": "on", "access": "teams",
     }  # fmt: skip
     page = operator_client.post("/admin/secrets_vault/datasource/add/", form)
     assert page.status_code == 200, "the form is shown again with its error"
@@ -135,7 +135,7 @@ def test_a_run_never_gets_paws_database_when_a_placeholder_changes_later(alice, 
     """Written pointing elsewhere, the operator's secret later points it at PAW's
     database: the run, the connection test and an example check are all refused."""
     secret_set(name="DS_DATABASE", value="somewhere_else")
-    datasource = datasource_create(
+    datasource = datasource_made(
         slug="later", name="Later", dialect="postgresql",
         connection={**paw_database(), "database": "{secret:DS_DATABASE}"},
     )  # fmt: skip
@@ -156,7 +156,7 @@ def test_a_run_never_gets_paws_database_when_a_placeholder_changes_later(alice, 
     data = tmp_path / "data.sqlite3"
     sqlite3.connect(data).close()
     secret_set(name="DS_FILE", value=str(data))
-    datasource_create(
+    datasource_made(
         slug="file", name="File", dialect="sqlite", connection={"database": "{secret:DS_FILE}"}
     )
     assert sandbox_environment(user=alice, datasource_slugs=["file"])
@@ -218,7 +218,7 @@ def test_a_users_own_secret_cannot_redirect_the_host_and_the_password_never_reac
     secret_set(name="TPL_PW", value=password)
     secret_set(name="TPL_HOST", value=real["host"])
     secret_set(name="TPL_DB", value=real["database"])
-    datasource_create(
+    datasource_made(
         slug="tpl", name="Tpl", dialect="postgresql",
         connection={**real, "host": "{secret:TPL_HOST}", "database": "{secret:TPL_DB}",
                     "password": "{secret:TPL_PW}"},
@@ -240,7 +240,7 @@ def test_a_users_own_password_still_resolves_first(alice):
     own, shared = secret_value("own-pw"), secret_value("shared-pw")
     secret_set(name="MY_DB_PW", value=shared)
     secret_set(name="MY_DB_PW", value=own, user=alice)
-    datasource_create(
+    datasource_made(
         slug="mine", name="Mine", dialect="postgresql",
         connection={**pg_datasource_settings(), "password": "{secret:MY_DB_PW}"},
     )  # fmt: skip
@@ -264,7 +264,7 @@ def test_resolved_fields_that_would_add_url_parts_are_refused(alice, field, valu
     with listener() as (port, peers):
         value = value.replace(":9", f":{port}").replace(",9", f",{port}")
         secret_set(name="DS_PART", value=value)
-        datasource_create(
+        datasource_made(
             slug="bad", name="Bad", dialect="postgresql",
             connection={**pg_datasource_settings(), field: "{secret:DS_PART}"},
         )  # fmt: skip
@@ -278,7 +278,7 @@ def test_resolved_fields_that_would_add_url_parts_are_refused(alice, field, valu
 def test_user_and_database_are_quoted_so_they_cannot_add_url_parts(alice):
     secret_set(name="DS_USER", value="postgres@127.0.0.1:1/x?host=evil")
     secret_set(name="DS_NAME", value="db?host=127.0.0.1&port=1#x")
-    datasource_create(
+    datasource_made(
         slug="quoted", name="Quoted", dialect="postgresql",
         connection={**pg_datasource_settings(), "user": "{secret:DS_USER}",
                     "database": "{secret:DS_NAME}"},

@@ -150,7 +150,7 @@ def test_the_admin_form_refuses_a_privileged_user_with_the_reason(operator_clien
         {
             "slug": "pg", "name": "PG", "description": "", "dialect": "postgresql",
             "connection": __import__("json").dumps(pg_datasource_settings(reader=False)),
-            "read_only": "on", "enabled": "on", "allowed_hosts": "[]",
+            "read_only": "on", "enabled": "on", "access": "teams", "allowed_hosts": "[]",
             "knowledge-TOTAL_FORMS": "0", "knowledge-INITIAL_FORMS": "0",
         },
     )  # fmt: skip

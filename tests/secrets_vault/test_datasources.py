@@ -8,14 +8,15 @@ import pytest
 from paw_project.errors import InvalidRequest
 from secrets_vault.connections import connection_url
 from secrets_vault.models import Datasource
-from secrets_vault.services import datasource_create, datasources_validate
+from secrets_vault.services import datasources_validate
+from tests.factories import datasource_made
 
 PG = {"host": "db.internal", "port": 5432, "database": "sales", "user": "reader"}
 
 
 def make(slug: str, **fields) -> Datasource:
     defaults = {"name": slug.title(), "dialect": "postgresql", "connection": dict(PG)}
-    return datasource_create(slug=slug, **{**defaults, **fields})
+    return datasource_made(slug=slug, **{**defaults, **fields})
 
 
 @pytest.mark.django_db
@@ -75,19 +76,19 @@ def test_two_slugs_cannot_share_one_sandbox_variable():
 
 
 @pytest.mark.django_db
-def test_a_runs_slugs_are_validated_naming_unknown_and_disabled_ones():
+def test_a_runs_slugs_are_validated_naming_unknown_and_disabled_ones(alice):
     make("sales")
     make("archive", enabled=False)
-    assert datasources_validate(slugs=["sales", "sales"]) == ["sales"]
-    assert datasources_validate(slugs=[]) == []
+    assert datasources_validate(slugs=["sales", "sales"], user=alice) == ["sales"]
+    assert datasources_validate(slugs=[], user=alice) == []
     with pytest.raises(InvalidRequest) as caught:
-        datasources_validate(slugs=["sales", "archive", "nope"])
+        datasources_validate(slugs=["sales", "archive", "nope"], user=alice)
     assert caught.value.code == "unknown_datasource"
     assert caught.value.status_code == 400
     assert caught.value.extra["slugs"] == ["archive", "nope"]
     assert "archive" in caught.value.detail and "nope" in caught.value.detail
     with pytest.raises(InvalidRequest):
-        datasources_validate(slugs="sales")
+        datasources_validate(slugs="sales", user=alice)
 
 
 def test_urls_encode_credentials_and_make_postgresql_read_only():

@@ -18,7 +18,7 @@ import pytest
 from secrets_vault.embeddings import Embedder
 from secrets_vault.models import Datasource, KnowledgeEntry
 from secrets_vault.selectors import knowledge_search
-from secrets_vault.services import datasource_create, secret_set
+from secrets_vault.services import secret_set
 from secrets_vault.services.knowledge import (
     IndexSource,
     datasource_schema_refresh,
@@ -27,7 +27,9 @@ from secrets_vault.services.knowledge import (
     knowledge_for_run,
     knowledge_index_write,
 )
+from teams.models import Access
 from tests.conftest import SCRIPTED_API_KEY
+from tests.factories import datasource_made
 from tests.live import wait_for
 from tests.mariadb import mariadb_settings
 from tests.pgdatasource import pg_datasource_connect, pg_datasource_settings
@@ -57,7 +59,7 @@ def shop_file(tmp_path):
 
 @pytest.fixture
 def shop(db, shop_file):
-    return datasource_create(
+    return datasource_made(
         slug="shop", name="Shop", dialect="sqlite", connection={"database": str(shop_file)}
     )
 
@@ -208,7 +210,7 @@ def test_an_examples_changed_sql_is_checked_again(operator_client, shop):
 @pytest.mark.django_db(transaction=True)  # the check's own connection sees the tables
 def test_examples_are_checked_on_postgresql_read_only(operator_client, pg_shop):
     secret_set(name="PG_PW", value=secret_value("pg"))
-    datasource_create(
+    datasource_made(
         slug="pg", name="PG", dialect="postgresql", read_only=False,
         # A writable datasource, as a user that may write: the read-only transaction of an
         # example's check is what stops a write below.
@@ -243,7 +245,7 @@ def test_examples_are_checked_on_postgresql_read_only(operator_client, pg_shop):
 
 
 def test_examples_are_checked_on_mariadb_read_only(operator_client, mariadb):
-    datasource_create(
+    datasource_made(
         slug="maria", name="Maria", dialect="mysql", read_only=False, connection=mariadb_settings()
     )
     good = post_example(operator_client, "maria", "Sales", "SELECT SUM(total) FROM shop_orders")
@@ -260,7 +262,7 @@ def test_examples_are_checked_on_mariadb_read_only(operator_client, mariadb):
 
 
 def test_a_mariadb_example_never_writes_a_file_on_the_server(operator_client, mariadb):
-    datasource_create(
+    datasource_made(
         slug="maria", name="Maria", dialect="mysql", read_only=False, connection=mariadb_settings()
     )
     target = f"/tmp/paw-outfile-{secrets.token_hex(8)}"
@@ -275,7 +277,7 @@ def test_a_mariadb_example_never_writes_a_file_on_the_server(operator_client, ma
 
 @pytest.mark.django_db(transaction=True)
 def test_a_postgresql_example_never_runs_a_program_or_signals_a_backend(operator_client, pg_shop):
-    datasource_create(
+    datasource_made(
         slug="pg", name="PG", dialect="postgresql", read_only=False,
         connection=pg_datasource_settings(reader=False),  # the superuser: COPY TO PROGRAM would run
     )  # fmt: skip
@@ -341,14 +343,14 @@ def test_the_worker_harvests_sqlite_postgresql_and_mariadb_schemas(
     operator = get_user_model().objects.create_superuser("op", password=None)
     client = make_client(operator)
     secret_set(name="PG_PW", value=secret_value("pg"), user=operator)  # the operator's own
-    datasource_create(
+    datasource_made(
         slug="file", name="File", dialect="sqlite", connection={"database": str(shop_file)}
     )
-    datasource_create(
+    datasource_made(
         slug="pg", name="PG", dialect="postgresql",
         connection={**pg_datasource_settings(), "password": "{secret:PG_PW}"},
     )  # fmt: skip
-    datasource_create(slug="maria", name="Maria", dialect="mysql", connection=mariadb_settings())
+    datasource_made(slug="maria", name="Maria", dialect="mysql", connection=mariadb_settings())
 
     sqlite_source = refresh_through_the_api(client, "file")
     assert sqlite_source.schema_error == "" and sqlite_source.schema_refreshed_at
@@ -404,7 +406,7 @@ def test_a_failed_refresh_is_recorded_with_the_databases_error_and_keeps_the_ent
     from django.contrib.auth import get_user_model
 
     client = make_client(get_user_model().objects.create_superuser("op", password=None))
-    source = datasource_create(
+    source = datasource_made(
         slug="maria", name="Maria", dialect="mysql", connection=mariadb_settings()
     )
     refreshed = refresh_through_the_api(client, "maria")
@@ -435,7 +437,9 @@ def test_a_failed_refresh_is_recorded_with_the_databases_error_and_keeps_the_ent
 
 
 def warehouse(db_ready=True) -> Datasource:
-    source = Datasource.objects.create(slug="wh", name="Warehouse", dialect="sqlite")
+    source = Datasource.objects.create(
+        slug="wh", name="Warehouse", dialect="sqlite", access=Access.EVERYONE
+    )
     rows = [
         (
             "schema",
@@ -508,10 +512,12 @@ def test_hybrid_retrieval_with_the_scripted_embeddings_finds_what_full_text_miss
 
 
 @pytest.mark.django_db
-def test_a_runs_knowledge_fits_its_token_budget_and_names_its_index(settings, tmp_path):
+def test_a_runs_knowledge_fits_its_token_budget_and_names_its_index(settings, tmp_path, alice):
     source = warehouse()
     settings.PAW_KNOWLEDGE_CONTEXT_TOKENS = 60  # room for one entry
-    knowledge = knowledge_for_run(datasource_slugs=["wh"], prompt="taxi tips in dollars")
+    knowledge = knowledge_for_run(
+        datasource_slugs=["wh"], prompt="taxi tips in dollars", user=alice
+    )
     assert [e["title"] for e in knowledge.entries] == ["Taxi money"]
     source.refresh_from_db()
     [index] = knowledge.sources
@@ -527,7 +533,7 @@ def test_a_runs_knowledge_fits_its_token_budget_and_names_its_index(settings, tm
         ).fetchall()
         assert dict(db.execute("SELECT key, value FROM meta"))["version"] == str(index.version)
     settings.PAW_KNOWLEDGE_CONTEXT_TOKENS = 4000
-    nothing = knowledge_for_run(datasource_slugs=["wh"], prompt="zzz")
+    nothing = knowledge_for_run(datasource_slugs=["wh"], prompt="zzz", user=alice)
     # Nothing matches: the agent still learns the tables.
     assert [e["title"] for e in nothing.entries] == ["penguins", "taxi_trips", "titanic_passengers"]
 

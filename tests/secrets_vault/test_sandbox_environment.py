@@ -17,11 +17,11 @@ from sandboxes.network import network_plan
 from secrets_vault.masking import mask_secrets
 from secrets_vault.models import Secret
 from secrets_vault.services import (
-    datasource_create,
     provider_resolve,
     sandbox_environment,
     secret_set,
 )
+from tests.factories import datasource_made
 from tests.pgdatasource import pg_datasource_settings
 from tests.secrets_vault.conftest import secret_value
 
@@ -59,7 +59,7 @@ def test_the_users_own_secrets_become_variables_and_global_ones_do_not(alice, bo
 
 
 def test_unknown_or_disabled_datasources_are_refused_naming_them(alice, sqlite_file):
-    datasource_create(
+    datasource_made(
         slug="off", name="Off", dialect="sqlite", connection={"database": str(sqlite_file)},
         enabled=False,
     )  # fmt: skip
@@ -70,7 +70,7 @@ def test_unknown_or_disabled_datasources_are_refused_naming_them(alice, sqlite_f
 
 
 def test_a_datasource_needing_a_missing_secret_is_refused_naming_it(alice):
-    datasource_create(
+    datasource_made(
         slug="pg", name="PG", dialect="postgresql",
         connection=postgres_connection("{secret:NOT_SET_PW}"),
     )  # fmt: skip
@@ -133,11 +133,11 @@ def test_a_sandbox_queries_sqlite_and_postgresql_with_its_urls_and_its_output_is
     secret_set(name="MY_TOKEN", value=token, user=alice)
     # PostgreSQL trusts loopback here, so any password connects; it must still travel.
     secret_set(name="SHOP_PG_PASSWORD", value=pg_password)
-    datasource_create(
+    datasource_made(
         slug="shop-files", name="Shop file", dialect="sqlite", description="Orders (SQLite)",
         connection={"database": str(sqlite_file)},
     )  # fmt: skip
-    datasource_create(
+    datasource_made(
         slug="shop_pg", name="Shop PG", dialect="postgresql", description="Orders (PostgreSQL)",
         connection=postgres_connection("{secret:SHOP_PG_PASSWORD}"),
     )  # fmt: skip
@@ -190,7 +190,7 @@ def test_a_sandbox_queries_sqlite_and_postgresql_with_its_urls_and_its_output_is
 
 def test_a_runs_datasources_allowed_hosts_reach_its_sandbox_once_each(alice, sqlite_file, settings):
     for slug, hosts in (("a", ["api.internal:443", "*.corp.test"]), ("b", ["api.internal:443"])):
-        datasource_create(
+        datasource_made(
             slug=slug, name=slug, dialect="sqlite", connection={"database": str(sqlite_file)},
             allowed_hosts=hosts,
         )  # fmt: skip

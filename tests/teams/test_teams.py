@@ -218,7 +218,8 @@ def test_the_admin_shows_a_teams_members_and_saves_them(client, make_user):
         client.get(f"/admin/teams/team/{team.pk}/change/").content.decode()
     )
     changed = client.post(
-        f"/admin/teams/team/{team.pk}/change/", {"name": "analysts", "members": [bob.pk], **inlines}
+        f"/admin/teams/team/{team.pk}/change/",
+        {"name": "analysts", "members": [bob.pk], **inlines},
     )
     assert changed.status_code == 302
     assert list(team.user_set.all()) == [bob]

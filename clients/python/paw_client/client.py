@@ -620,7 +620,9 @@ class Client:
 
     def admin_create_datasource(self, **fields: Any) -> dict[str, Any]:
         """``POST /api/admin/datasources`` (staff): ``slug``, ``name``, ``dialect``,
-        ``connection`` (passwords as ``{secret:NAME}``), ``read_only``, ``enabled``."""
+        ``connection`` (passwords as ``{secret:NAME}``), ``read_only``, ``enabled``,
+        ``access`` (``"everyone"`` or ``"teams"``, the default: then only the members of
+        ``teams``, a list of team ids, and staff may use it)."""
         return self._json("POST", "/api/admin/datasources", json=fields)
 
     def admin_datasource(self, slug: str) -> dict[str, Any]:
