@@ -19,13 +19,13 @@ from secrets_vault.providers import models_cache_forget
 from secrets_vault.selectors import provider_grants
 from secrets_vault.services import (
     custom_provider_save,
-    datasource_create,
     provider_access_set,
     provider_resolve,
     secret_set,
 )
 from teams.models import Access, Team
 from tests.conftest import PASSWORD, SCRIPTED_API_KEY, api_client_for
+from tests.factories import datasource_made
 from tests.live import wait_for
 from tests.processes import free_port
 from tests.secrets_vault.conftest import secret_value
@@ -247,9 +247,7 @@ def test_sql_ask_follows_the_providers_rule(make_user, scripted_provider, tmp_pa
     path = tmp_path / "shop.sqlite3"
     with sqlite3.connect(path) as db:
         db.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY, total REAL)")
-    datasource_create(
-        slug="shop", name="Shop", dialect="sqlite", connection={"database": str(path)}
-    )
+    datasource_made(slug="shop", name="Shop", dialect="sqlite", connection={"database": str(path)})
     provider_access_set(provider="local", access=Access.TEAMS, team_ids=[])
     provider_access_set(
         provider="default", model_limits=[{"team": analysts.pk, "models": ["scripted-alpha"]}]
