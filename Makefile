@@ -24,7 +24,7 @@ SECRET_KEY_FILE := $(PAW_VAR_DIR)/secret_key
 $(VENV)/.installed: pyproject.toml paw_agent/pyproject.toml paw_sqlcheck/pyproject.toml \
 		clients/python/pyproject.toml
 	@if [ -x $(PY) ]; then echo "Updating PAW in $(VENV)…"; \
-	else echo "Installing PAW into $(VENV) (first run takes about a minute)…"; $(PYTHON) -m venv $(VENV); fi
+	else echo "Installing PAW into $(VENV) (the first run takes a few minutes)…"; $(PYTHON) -m venv $(VENV); fi
 	@$(PY) -m pip install --quiet --upgrade pip
 	@$(PY) -m pip install --quiet -e ./paw_sqlcheck -e .
 	@$(PY) -m pip install --quiet -e ./paw_agent -e ./clients/python

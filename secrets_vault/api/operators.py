@@ -15,7 +15,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from paw_project.adminkit import operator_write_log
-from paw_project.api import JsonTypedSerializer, error_responses, list_output
+from paw_project.api import JsonTypedSerializer, StrictSerializer, error_responses, list_output
 from paw_project.errors import InvalidRequest, NotFound
 from secrets_vault.models import Datasource, DatasourceCredential, Secret
 from secrets_vault.selectors import datasource_credentials, datasource_list, secret_list_all
@@ -221,8 +221,8 @@ class AdminDatasourceOutput(serializers.Serializer):
     updated_at = serializers.DateTimeField()
 
 
-class AdminDatasourceInput(JsonTypedSerializer):
-    """Datasource fields; ``partial=True`` for PATCH."""
+class AdminDatasourceInput(StrictSerializer):
+    """Datasource fields (others: 400 ``unknown_field``); ``partial=True`` for PATCH."""
 
     slug = serializers.CharField(max_length=63)
     name = serializers.CharField(max_length=200)

@@ -268,6 +268,10 @@ def test_operators_set_access_and_teams_over_rest(world):
     assert unknown.status_code == 400
     assert unknown.json()["code"] == "unknown_team" and "999999" in unknown.json()["detail"]
     assert staff.get(url).json()["access"] == "teams"  # nothing changed
+    before = staff.get(url).json()
+    misspelt = staff.patch(url, {"acess": "everyone", "name": "Renamed"}, format="json")
+    assert (misspelt.status_code, misspelt.json()["code"]) == (400, "unknown_field")
+    assert staff.get(url).json() == before  # a misspelt rule changes nothing, not even the name
     bad = staff.patch(url, {"access": "anyone"}, format="json")
     assert bad.status_code == 400 and {"detail", "code"} <= set(bad.json())
     opened = staff.patch(url, {"access": "everyone", "teams": []}, format="json")
