@@ -528,6 +528,7 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "RunStatusEnum": "conversations.models.Run.Status",
         "ApprovalStatusEnum": "conversations.models.Approval.Status",
+        "ApprovalKindEnum": "conversations.models.Approval.Kind",
         "RunKindEnum": "conversations.models.Run.Kind",
         "KnowledgeKindEnum": "secrets_vault.models.KnowledgeEntry.Kind",
     },

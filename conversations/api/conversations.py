@@ -12,7 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from conversations.api.runs import VersionFieldsMixin
-from conversations.models import Conversation, Run
+from conversations.models import Approval, Conversation, Run
 from conversations.rendering import markdown_render
 from conversations.selectors.conversations import (
     conversation_active_run_id,
@@ -60,7 +60,7 @@ def _iso(value: datetime | None) -> str | None:
 
 class _PendingApprovalOutput(serializers.Serializer):
     id = serializers.UUIDField()
-    kind = serializers.ChoiceField(choices=["confirm", "ask"])
+    kind = serializers.ChoiceField(choices=Approval.Kind.choices)
     expires_at = serializers.DateTimeField()
 
     class Meta:

@@ -21,7 +21,7 @@ from conversations.api.conversations import ConversationOutput
 from conversations.api.downloads import download_response
 from conversations.api.events import EventListApi, EventPageOutput
 from conversations.api.runs import RunOutput
-from conversations.models import Run, Share
+from conversations.models import Approval, Run, Share
 from conversations.rendering import markdown_render
 from conversations.selectors.artifacts import content_type_for
 from conversations.selectors.runs import run_versions
@@ -141,7 +141,7 @@ class _ShareFileOutput(serializers.Serializer):
 class _ShareApprovalOutput(serializers.Serializer):
     run_id = serializers.UUIDField()
     ask_id = serializers.CharField()
-    kind = serializers.ChoiceField(choices=["confirm", "ask"])
+    kind = serializers.ChoiceField(choices=Approval.Kind.choices)
     status = serializers.CharField()
     decided_by = serializers.CharField()
     answers = serializers.ListField(child=serializers.CharField())
