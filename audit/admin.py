@@ -26,7 +26,7 @@ from django.urls import path
 from django.utils import timezone
 
 from audit.models import SqlStatement, SqlStatementTeam
-from audit.selectors import sql_statements_filter
+from audit.selectors import TEAM_ID_MAX, sql_statements_filter
 from paw_project.adminkit import PawModelAdmin
 
 #: The CSV's columns, in order (the staff API's fields, teams as names joined by ``;``).
@@ -96,7 +96,11 @@ class TeamFilter(admin.SimpleListFilter):
         return [(str(team_id), name) for team_id, name in teams]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
-        return sql_statements_filter(queryset, team=self.value())
+        value = self.value()
+        if not value:
+            return queryset
+        ok = value.isascii() and value.isdigit() and int(value) <= TEAM_ID_MAX
+        return sql_statements_filter(queryset, team_id=int(value) if ok else 0)  # 0: no team
 
 
 class SqlStatementTeamInline(admin.TabularInline):

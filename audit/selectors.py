@@ -4,46 +4,50 @@ API ask."""
 from __future__ import annotations
 
 import datetime
+import unicodedata
 import uuid
 from typing import Any
 
-from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db.models import Exists, OuterRef, QuerySet
 
 from audit.models import SqlStatement, SqlStatementTeam
 
-
-def _an_id(text: str, *, bits: int) -> int | None:
-    """``text`` as a row id that fits a signed ``bits``-bit column (ASCII digits only),
-    else ``None``."""
-    if text.isascii() and text.isdigit() and int(text) < 2 ** (bits - 1):
-        return int(text)
-    return None
+#: The largest ids a filter may name: ``user_id`` (a 64-bit column), ``team_id`` (32-bit).
+USER_ID_MAX = 2**63 - 1
+TEAM_ID_MAX = 2**31 - 1
 
 
 def sql_statements_filter(
     rows: QuerySet[SqlStatement],
     *,
     user: str | None = None,
+    user_id: int | None = None,
     team: str | None = None,
+    team_id: int | None = None,
     datasource: str | None = None,
     since: datetime.datetime | None = None,
     until: datetime.datetime | None = None,
 ) -> QuerySet[SqlStatement]:
-    """``rows`` narrowed by each filter given: ``user`` a username or a user id (as
-    recorded: a user deleted since is still found by name), ``team`` a team's id or name
-    (as recorded: the user was in it at the time), ``datasource`` a slug, ``since`` and
-    ``until`` aware datetimes, both included."""
+    """``rows`` narrowed by each filter given. One rule, no guessing from the text: a
+    name is a name and an id an id — ``user`` a username (exactly, as recorded: a user
+    deleted since is still found), ``user_id`` a user's id, ``team`` a team's name as
+    recorded (NFC, ignoring case — team names are unique ignoring case; a team named
+    ``2024`` is found by that name), ``team_id`` a team's id (the user was in it at the
+    time), ``datasource`` a slug, ``since`` and ``until`` aware datetimes, both included.
+    (Ignoring case is the database's ``iexact``: all of Unicode on PostgreSQL, ASCII on
+    SQLite.)"""
     if user:
-        match = Q(username=user)
-        user_id = _an_id(user, bits=64)
-        if user_id is not None:
-            match |= Q(user_id=user_id)
-        rows = rows.filter(match)
+        rows = rows.filter(username=user)
+    if user_id is not None:
+        rows = rows.filter(user_id=user_id)
     if team:
-        team_id = _an_id(team, bits=32)
-        match = Q(team_id=team_id) if team_id is not None else Q(name=team)
+        name = unicodedata.normalize("NFC", team).strip()
         rows = rows.filter(
-            Exists(SqlStatementTeam.objects.filter(match, statement_id=OuterRef("pk")))
+            Exists(SqlStatementTeam.objects.filter(name__iexact=name, statement_id=OuterRef("pk")))
+        )
+    if team_id is not None:
+        rows = rows.filter(
+            Exists(SqlStatementTeam.objects.filter(team_id=team_id, statement_id=OuterRef("pk")))
         )
     if datasource:
         rows = rows.filter(datasource=datasource)

@@ -50,14 +50,29 @@ def claim_matches(claims: dict[str, Any], rule: str) -> bool:
     return value is not None and str(value) == wanted
 
 
+#: The most values of a list claim (groups, teams) PAW reads; the rest are ignored.
+CLAIM_VALUES_MAX = 200
+#: The longest claim value PAW reads (a team's name's limit); a longer one is ignored.
+CLAIM_VALUE_MAX_LENGTH = 150
+
+
 def _claim_values(claims: dict[str, Any], name: str) -> set[str]:
-    """The claim ``name`` as a set of strings: one string, or the items of a list."""
+    """The claim ``name`` as a set of strings: one string, or the string items of a list.
+    Anything else (numbers, objects, nested lists, ``null``) is ignored rather than turned
+    into text, as is a string longer than :data:`CLAIM_VALUE_MAX_LENGTH`; at most
+    :data:`CLAIM_VALUES_MAX` values are kept (the first, in the claim's order), so a
+    provider's oversized claim bounds the work of a sign-in."""
     value = claims.get(name)
-    if isinstance(value, str):
-        return {value}
-    if isinstance(value, list | tuple):
-        return {str(item) for item in value}
-    return set()
+    items = [value] if isinstance(value, str) else value if isinstance(value, list | tuple) else []
+    kept: dict[str, None] = {}
+    for item in items:
+        if isinstance(item, str) and len(item) <= CLAIM_VALUE_MAX_LENGTH:
+            kept[item] = None
+            if len(kept) == CLAIM_VALUES_MAX:
+                if len(items) > CLAIM_VALUES_MAX:
+                    logger.warning("claim %s: only its first %d values read", name, len(kept))
+                break
+    return set(kept)
 
 
 def _groups(claims: dict[str, Any]) -> set[str]:

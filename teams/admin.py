@@ -13,7 +13,9 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import GroupAdmin
 from django.contrib.auth.models import Group
 
+from paw_project.errors import InvalidRequest
 from teams.models import Team
+from teams.services import team_name_clash, team_name_normalized
 
 #: Inlines other apps show on a team's page (what it may use, its budget), appended by
 #: their admin modules (an app below ``teams`` would otherwise have to import them).
@@ -21,7 +23,10 @@ TEAM_INLINES: list[type[admin.options.InlineModelAdmin]] = []
 
 
 class TeamForm(forms.ModelForm):
-    """A team's name, permissions and members."""
+    """A team's name, permissions and members. The name is normalized as the services
+    do (:func:`teams.services.team_name_normalized`) and refused with a form error when
+    another team has it ignoring case; the name key itself follows the save
+    (``teams.apps.team_name_keep``)."""
 
     members = forms.ModelMultipleChoiceField(
         queryset=get_user_model().objects.order_by("username"),
@@ -37,6 +42,19 @@ class TeamForm(forms.ModelForm):
         super().__init__(*args, **kwargs)
         if self.instance.pk:
             self.fields["members"].initial = self.instance.user_set.all()
+
+    def clean_name(self) -> str:
+        """The name, normalized; a form error when invalid or another team's."""
+        try:
+            name = team_name_normalized(self.cleaned_data["name"])
+        except InvalidRequest as error:
+            raise forms.ValidationError(str(error.detail), code="team_name_invalid") from error
+        if team_name_clash(name, exclude_pk=self.instance.pk):
+            raise forms.ValidationError(
+                f"A team named {name!r} exists (names are unique ignoring case).",
+                code="team_name_taken",
+            )
+        return name
 
     def _save_m2m(self) -> None:
         super()._save_m2m()

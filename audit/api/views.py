@@ -3,18 +3,21 @@ cursor-paginated, with filters."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import datetime
 import re
 from typing import Any
 
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
+from rest_framework.exceptions import NotFound
 from rest_framework.permissions import IsAdminUser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from audit.selectors import sql_statement_list
+from audit.selectors import TEAM_ID_MAX, USER_ID_MAX, sql_statement_list
 from paw_project.api import (
     PawCursorPagination,
     StrictSerializer,
@@ -26,10 +29,55 @@ from paw_project.errors import InvalidRequest
 _DATE_ONLY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 
+class _Id(serializers.IntegerField):
+    """A row id: ASCII digits only (``int()`` would read ``٣`` as 3)."""
+
+    def to_internal_value(self, data: Any) -> int:
+        if isinstance(data, str) and not (data.isascii() and data.strip().isdigit()):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
 class AuditPagination(PawCursorPagination):
-    """Newest first: by ``time``, ties by the newest row."""
+    """Newest first: by ``time``, ties by the newest row. Stricter than the other lists:
+    a ``cursor`` that is not one of ``next``/``previous`` is 400 ``invalid_cursor`` (not
+    DRF's 404: nothing is missing, the request is wrong), and a ``page_size`` that is
+    not a whole number from 1 to :attr:`max_page_size` is 400 ``invalid_page_size``
+    (not silently the default or the maximum)."""
 
     ordering = ("-time", "-id")
+
+    def get_page_size(self, request: Request) -> int:
+        raw = request.query_params.get(self.page_size_query_param)
+        if raw is None:
+            return self.page_size
+        text = raw.strip()
+        if not (text.isascii() and text.isdigit() and 1 <= int(text) <= self.max_page_size):
+            raise InvalidRequest(
+                f"`page_size` is a whole number from 1 to {self.max_page_size}.",
+                code="invalid_page_size",
+            )
+        return int(text)
+
+    def decode_cursor(self, request: Request) -> Any:
+        """DRF's cursor, checked further: strict base64 (DRF drops the characters outside
+        it, reading ``!!!`` as the first page) and a position that is a moment (a
+        position ``2026`` would reach the database as a time and fail there)."""
+        invalid = InvalidRequest(
+            "`cursor` is not one this list gave (follow `next` or `previous`).",
+            code="invalid_cursor",
+        )
+        raw = request.query_params.get(self.cursor_query_param)
+        if raw is None:
+            return None
+        try:
+            base64.b64decode(raw.encode("ascii"), validate=True)
+            cursor = super().decode_cursor(request)
+            if cursor is not None and cursor.position is not None:
+                datetime.datetime.fromisoformat(cursor.position)
+        except (NotFound, ValueError, binascii.Error, UnicodeEncodeError) as error:
+            raise invalid from error
+        return cursor
 
 
 class AuditTeamOutput(serializers.Serializer):
@@ -43,9 +91,7 @@ class AuditStatementOutput(serializers.Serializer):
     id = serializers.IntegerField()
     time = serializers.DateTimeField(help_text="When the node read the call's announcement.")
     user = serializers.CharField(source="username", help_text="The run's user (username).")
-    user_id = serializers.IntegerField(
-        allow_null=True, help_text="Their id; `null` when the account was deleted since."
-    )
+    user_id = _Id(allow_null=True, help_text="Their id; `null` when the account was deleted since.")
     teams = AuditTeamOutput(many=True, help_text="The teams the user was in at the time.")
     datasource = serializers.CharField(help_text="The datasource's slug.")
     conversation_id = serializers.UUIDField()
@@ -100,7 +146,8 @@ class _Moment(serializers.DateTimeField):
 
 
 class AuditListApi(APIView):
-    """``GET /api/admin/audit?user=&team=&datasource=&since=&until=`` (staff)."""
+    """``GET /api/admin/audit?user=&user_id=&team=&team_id=&datasource=&since=&until=``
+    (staff)."""
 
     permission_classes = (IsAdminUser,)
     pagination_class = AuditPagination
@@ -112,11 +159,17 @@ class AuditListApi(APIView):
             ref_name = "AuditQuery"
 
         user = serializers.CharField(
-            required=False, max_length=150, help_text="A username or a user id."
+            required=False, max_length=150, help_text="A username (exactly; digits too)."
         )
+        user_id = _Id(required=False, min_value=1, max_value=USER_ID_MAX, help_text="A user's id.")
         team = serializers.CharField(
             required=False, max_length=150,
-            help_text="A team's id or name (the teams its user was in at the time).",
+            help_text="A team's name, ignoring case (digits too; the teams its user was in "
+            "at the time, by the name they had then).",
+        )  # fmt: skip
+        team_id = _Id(
+            required=False, min_value=1, max_value=TEAM_ID_MAX,
+            help_text="A team's id (the teams its user was in at the time).",
         )  # fmt: skip
         datasource = serializers.CharField(
             required=False, max_length=100, help_text="A datasource's slug."
@@ -132,22 +185,26 @@ class AuditListApi(APIView):
         )
 
         def to_internal_value(self, data: Any) -> Any:
-            filters = {key: data.get(key) for key in data if key not in AuditListApi.PAGING}
+            filters = data.copy()  # a QueryDict still: its strings coerced as a form's
+            for key in AuditListApi.PAGING:
+                filters.pop(key, None)
             return super().to_internal_value(filters)
 
     @extend_schema(
         operation_id="admin_audit_list",
         parameters=[QuerySerializer],
-        responses={200: AuditStatementOutput(many=True), **error_responses(400, 403, 404)},
+        responses={200: AuditStatementOutput(many=True), **error_responses(400, 403)},
         summary="The audit of SQL statements (staff)",
     )
     def get(self, request: Request) -> Response:
         """Every SQL statement runs sent to datasources, newest first, cursor-paginated
-        (follow `next`). Filters: `user` (username or id), `team` (id or name, as the
-        user's teams were then), `datasource` (slug), `since` and `until` (ISO 8601, both
+        (follow `next`; `page_size` 1 to 100). Filters: `user` (a username) or `user_id`
+        (an id), `team` (a name, ignoring case) or `team_id` (an id) — the user's teams as
+        they were then, `datasource` (slug), `since` and `until` (ISO 8601, both
         included; a date alone is that whole day, UTC). 400 for a malformed filter
-        (`invalid`), an unknown parameter (`unknown_field`) or `since` after `until`
-        (`invalid_range`)."""
+        (`invalid`, `min_value`, `max_value`), an unknown parameter (`unknown_field`),
+        `since` after `until` (`invalid_range`), a cursor not from `next`/`previous`
+        (`invalid_cursor`) or a bad `page_size` (`invalid_page_size`)."""
         query = self.QuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
         filters = query.validated_data

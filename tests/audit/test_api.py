@@ -75,10 +75,12 @@ def test_each_filter_narrows_the_rows(staff, audit, user):
         return [rows[k].id for k in keys]
 
     assert ids(staff.get(URL, {"user": "alice"})) == of("a3", "a2", "a1")
-    assert ids(staff.get(URL, {"user": str(user.pk)})) == of("a3", "a2", "a1")
+    assert ids(staff.get(URL, {"user_id": user.pk})) == of("a3", "a2", "a1")
+    assert ids(staff.get(URL, {"user": str(user.pk)})) == []  # a username, not an id
     assert ids(staff.get(URL, {"user": "nobody"})) == []
     # The teams as they were: alice left analysts before her third statement.
-    assert ids(staff.get(URL, {"team": str(analysts.pk)})) == of("a2", "a1")
+    assert ids(staff.get(URL, {"team_id": analysts.pk})) == of("a2", "a1")
+    assert ids(staff.get(URL, {"team": str(analysts.pk)})) == []  # a name, not an id
     assert ids(staff.get(URL, {"team": "analysts"})) == of("a2", "a1")
     assert ids(staff.get(URL, {"team": "finance"})) == of("m2", "m1")
     assert ids(staff.get(URL, {"datasource": "warehouse"})) == of("m2", "a2")
@@ -147,3 +149,47 @@ def test_only_staff_read_the_audit(api, audit):
 )
 def test_an_id_out_of_range_or_not_ascii_matches_nothing(staff, audit, query):
     assert ids(staff.get(URL, query)) == []
+
+
+def test_a_team_is_found_by_its_name_ignoring_case_digits_too(staff, user):
+    digits = Group.objects.create(name="2024")
+    equipe = Group.objects.create(name="Équipe")
+    user.groups.add(digits, equipe)
+    row = recorded(user, time="2026-12-04T09:00")
+    for name in ("2024", "ÉQUIPE", "équipe", "E\u0301quipe", " Équipe "):
+        assert ids(staff.get(URL, {"team": name})) == [row.id], name
+    assert ids(staff.get(URL, {"team_id": digits.pk})) == [row.id]
+    assert ids(staff.get(URL, {"team": "202"})) == []
+
+
+def test_user_and_team_ids_are_ids_only(staff, audit, user):
+    assert ids(staff.get(URL, {"user": "alice", "user_id": user.pk + 1000})) == []
+    for query in (
+        {"user_id": "alice"},
+        {"user_id": "٣"},
+        {"user_id": str(2**63)},
+        {"user_id": "0"},
+        {"team_id": "analysts"},
+        {"team_id": "²"},
+        {"team_id": str(2**31)},
+        {"team_id": "-1"},
+    ):
+        response = staff.get(URL, query)
+        assert response.status_code == 400, query
+        assert response.json()["detail"] and list(query) == list(response.json()["fields"]), query
+
+
+@pytest.mark.parametrize("cursor", ["abc", "!!!", "cD0yMDI2"])
+def test_a_cursor_not_from_next_is_invalid_cursor(staff, audit, cursor):
+    response = staff.get(URL, {"cursor": cursor})
+    assert response.status_code == 400
+    assert response.json()["code"] == "invalid_cursor" and response.json()["detail"]
+
+
+@pytest.mark.parametrize("page_size", ["-1", "0", "abc", "101", "1.5", "٣", ""])
+def test_a_page_size_out_of_1_to_100_is_invalid_page_size(staff, audit, page_size):
+    response = staff.get(URL, {"page_size": page_size})
+    assert response.status_code == 400
+    assert response.json()["code"] == "invalid_page_size" and response.json()["detail"]
+    assert len(ids(staff.get(URL, {"page_size": "100"}))) == 5
+    assert len(ids(staff.get(URL, {"page_size": "1"}))) == 1

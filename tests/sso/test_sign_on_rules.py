@@ -168,8 +168,34 @@ def test_missing_teams_are_made_when_asked_and_the_default_team_is_joined_first(
     settings.PAW_OIDC_TEAMS_CLAIM = "groups"
     settings.PAW_OIDC_CREATE_TEAMS = True
     user = sso_sign_in(issuer=ISSUER, claims=claims("s-new", groups=["ops", "", 42, "x" * 200]))
-    assert _team_names(user) == ["42", "ops"]  # the claim decides; nothing blank or too long
+    assert _team_names(user) == ["ops"]  # the claim decides; nothing blank, too long or not text
     assert Team.objects.filter(name="ops").exists()
+    assert not Team.objects.filter(name="42").exists()
+
+
+@pytest.mark.parametrize("item", [{"a": 1}, ["ops"], 42, 4.2, True, None])
+def test_a_claim_item_that_is_not_a_string_makes_no_team(settings, item):
+    from teams.models import Team
+
+    settings.PAW_OIDC_TEAMS_CLAIM = "groups"
+    settings.PAW_OIDC_CREATE_TEAMS = True
+    user = sso_sign_in(issuer=ISSUER, claims=claims(groups=["ops", item]))
+    assert _team_names(user) == ["ops"]
+    assert list(Team.objects.values_list("name", flat=True)) == ["ops"]
+
+
+def test_a_claim_is_read_up_to_its_bound(settings):
+    from sso.services import CLAIM_VALUE_MAX_LENGTH, CLAIM_VALUES_MAX, _claim_values
+
+    many = [f"g{i}" for i in range(CLAIM_VALUES_MAX + 50)]
+    values = _claim_values({"groups": many}, "groups")
+    assert values == set(many[:CLAIM_VALUES_MAX])
+    long = "x" * (CLAIM_VALUE_MAX_LENGTH + 1)
+    assert _claim_values({"groups": [long, "x" * CLAIM_VALUE_MAX_LENGTH]}, "groups") == {
+        "x" * CLAIM_VALUE_MAX_LENGTH
+    }
+    assert _claim_values({"groups": long}, "groups") == set()
+    assert _claim_values({"groups": {"a": 1}}, "groups") == set()
 
 
 def test_without_a_teams_claim_teams_set_in_paw_stay(settings):

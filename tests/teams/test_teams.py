@@ -224,3 +224,105 @@ def test_the_admin_shows_a_teams_members_and_saves_them(client, make_user):
     assert changed.status_code == 302
     assert list(team.user_set.all()) == [bob]
     assert client.get("/admin/auth/group/").status_code == 404  # one place for teams
+
+
+NFD_EQUIPE = "E\u0301quipe"  # "Équipe", decomposed
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [("Ops", "OPS"), ("Équipe", "équipe"), ("Équipe", NFD_EQUIPE), ("Straße", "STRASSE")],
+)
+def test_team_names_clash_ignoring_case_beyond_ascii_and_normalization(staff_api, first, second):
+    made = staff_api.post("/api/admin/teams", {"name": first}, format="json")
+    assert made.status_code == 201, made.content
+    taken = staff_api.post("/api/admin/teams", {"name": second}, format="json")
+    assert (taken.status_code, taken.json()["code"]) == (409, "team_name_taken")
+    assert Team.objects.count() == 1
+
+
+def test_a_team_name_is_stored_nfc_and_invisible_characters_are_refused(staff_api):
+    made = staff_api.post("/api/admin/teams", {"name": f"  {NFD_EQUIPE} "}, format="json")
+    assert made.json()["name"] == "Équipe"
+    for name in ("Ops\u200b", "O\u200dps", "\ufeffOps", "Op\u0007s", "Op\u202es"):
+        refused = staff_api.post("/api/admin/teams", {"name": name}, format="json")
+        assert (refused.status_code, refused.json()["code"]) == (400, "team_name_invalid"), name
+    assert list(Team.objects.values_list("name", flat=True)) == ["Équipe"]
+
+
+def test_the_database_refuses_a_second_team_of_a_name_whatever_the_path(staff_api, monkeypatch):
+    from django.db import IntegrityError, transaction
+
+    from teams import services
+
+    staff_api.post("/api/admin/teams", {"name": "Race"}, format="json")
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Group.objects.create(name="RACE")  # no service, no check: the key's unique index
+    # two concurrent creates: both passed the check before either saved
+    monkeypatch.setattr(services, "team_name_clash", lambda name, exclude_pk=None: False)
+    raced = staff_api.post("/api/admin/teams", {"name": "race"}, format="json")
+    assert (raced.status_code, raced.json()["code"]) == (409, "team_name_taken")
+    assert list(Team.objects.values_list("name", flat=True)) == ["Race"]
+
+
+def test_a_rename_keeps_the_name_key_in_step(staff_api):
+    team = staff_api.post("/api/admin/teams", {"name": "Ops"}, format="json").json()
+    staff_api.patch(f"/api/admin/teams/{team['id']}", {"name": "Platform"}, format="json")
+    assert staff_api.post("/api/admin/teams", {"name": "OPS"}, format="json").status_code == 201
+    taken = staff_api.post("/api/admin/teams", {"name": "PLATFORM"}, format="json")
+    assert taken.status_code == 409
+    same = staff_api.patch(f"/api/admin/teams/{team['id']}", {"name": "platform"}, format="json")
+    assert same.json()["name"] == "platform"  # its own name in another case: no clash
+
+
+def test_the_admin_refuses_a_team_name_another_has_ignoring_case(client, make_user):
+    make_user("operator", is_staff=True, is_superuser=True)
+    client.login(username="operator", password=PASSWORD)
+    ops = Team.objects.create(name="Ops")
+    for name, code in (("OPS", "exists"), ("équipe\u200b", "invisible")):
+        page = client.get("/admin/teams/team/add/")
+        inlines = inline_management_forms(page.content.decode())
+        refused = client.post("/admin/teams/team/add/", {"name": name, **inlines})
+        assert refused.status_code == 200  # the form again, with its error
+        assert code in refused.context["adminform"].form.errors["name"][0]
+    other = Team.objects.create(name="Finance")
+    inlines = inline_management_forms(
+        client.get(f"/admin/teams/team/{other.pk}/change/").content.decode()
+    )
+    renamed = client.post(f"/admin/teams/team/{other.pk}/change/", {"name": "ops", **inlines})
+    assert renamed.status_code == 200 and "exists" in str(renamed.context["adminform"].form.errors)
+    assert sorted(Team.objects.values_list("name", flat=True)) == ["Finance", "Ops"]
+    assert ops.name_key.key == "ops"
+
+
+def test_the_default_team_and_the_claim_find_the_one_team_of_the_name(settings, make_user):
+    from teams.services import user_join_default_team, user_teams_from_claim
+
+    equipe = Team.objects.create(name="Équipe")
+    settings.PAW_DEFAULT_TEAM = "ÉQUIPE"
+    alice = make_user("alice")
+    user_join_default_team(user=alice)
+    assert list(alice.groups.all()) == [equipe]
+    names = user_teams_from_claim(
+        user=alice, names=[NFD_EQUIPE.lower(), "équipe\u200b"], create=True
+    )
+    assert names == ["Équipe"] and Team.objects.count() == 1
+
+
+def test_the_migration_keys_existing_teams_and_renames_a_clash():
+    import importlib
+
+    from django.apps import apps
+
+    from teams.models import TeamName
+
+    migration = importlib.import_module("teams.migrations.0002_team_name_unique_key")
+    ops, clash, other = Group.objects.bulk_create(
+        [Group(name="Ops"), Group(name="OPS"), Group(name="Équipe")]
+    )  # no signal: as before the key existed
+    TeamName.objects.all().delete()
+    migration.team_name_keys_make(apps, None)
+    clash.refresh_from_db()
+    assert clash.name == f"OPS ({clash.pk})"
+    keys = dict(TeamName.objects.values_list("team_id", "key"))
+    assert keys == {ops.pk: "ops", clash.pk: f"ops ({clash.pk})", other.pk: "équipe"}
