@@ -35,6 +35,7 @@ from conversations.selectors.shares import (
     share_list,
     share_runs,
     share_status,
+    share_team_ids,
 )
 from conversations.services.shares import (
     KEEP,
@@ -80,8 +81,8 @@ class _ShareFields(serializers.ModelSerializer):
 
     url = serializers.SerializerMethodField(help_text="The share's page: the link to send.")
     teams = serializers.SerializerMethodField(
-        help_text="The ids of the teams whose members may see it (audience `teams`; [] "
-        "for `signed_in`)."
+        help_text="The ids of the teams whose members may see it (audience `teams`: those "
+        "its owner is still a member of; [] for `signed_in`)."
     )
     created = serializers.DateTimeField(source="created_at")
     updated = serializers.DateTimeField(
@@ -99,7 +100,7 @@ class _ShareFields(serializers.ModelSerializer):
 
     @extend_schema_field(serializers.ListField(child=serializers.IntegerField()))
     def get_teams(self, share: Share) -> list[int]:
-        return sorted(team.id for team in share.teams.all())
+        return share_team_ids(share)
 
 
 class ShareOutput(_ShareFields):
@@ -108,7 +109,8 @@ class ShareOutput(_ShareFields):
     conversation = serializers.SerializerMethodField()
     status = serializers.SerializerMethodField(
         help_text="`active`; `expired` (past `expires`); `not_allowed` (PAW_SHARING no "
-        "longer allows its audience). Only an active share can be seen."
+        "longer allows its audience, you were deactivated, or none of its teams is one of "
+        "yours any more). Only an active share can be seen."
     )
 
     class Meta:

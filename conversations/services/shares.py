@@ -129,6 +129,29 @@ def _team_ids_checked(user: User, audience: str, teams: list[int] | None) -> lis
     return wanted
 
 
+def _teams_still_yours(user: User, share: Share) -> None:
+    """Refuse to update a ``teams`` share whose owner left one of its teams (naming them)
+    or none of whose teams is left (a deleted team): stop it and share anew."""
+    if share.audience != Share.Audience.TEAMS:
+        return
+    mine = user_team_ids(user)
+    team_ids = sorted(share.teams.values_list("id", flat=True))
+    lost = [team for team in team_ids if team not in mine]
+    if lost:
+        raise InvalidRequest(
+            f"No longer a team of yours: {', '.join(str(t) for t in lost)}. A conversation "
+            "is shared only with teams its owner is a member of: stop this share and share "
+            "anew.",
+            code="unknown_team",
+            extra={"teams": lost},
+        )
+    if not team_ids:
+        raise InvalidRequest(
+            "None of this share's teams is left: stop it and share anew.",
+            code="teams_required",
+        )
+
+
 def _expiry(expires_in_days: int | None) -> datetime | None:
     if expires_in_days is None:
         return None
@@ -374,7 +397,9 @@ def share_update(
 
     Raises ``Forbidden`` ``sharing_off``, ``InvalidRequest`` ``audience_not_allowed``
     (``PAW_SHARING`` no longer allows its audience: stop it and share anew) or
-    ``invalid_expiry``, ``NotFound`` for a share not of the user's conversation."""
+    ``invalid_expiry``, ``unknown_team`` (naming the share's teams the user is no longer
+    a member of) or ``teams_required`` (none of its teams is left), ``NotFound`` for a
+    share not of the user's conversation."""
     _sharing_on()
     expires_at = KEEP if expires_in_days is KEEP else _expiry(expires_in_days)
     with transaction.atomic():
@@ -382,6 +407,7 @@ def share_update(
             user=user, conversation_id=conversation_id, share_id=share_id, for_update=True
         )
         _audience_allowed(share.audience)
+        _teams_still_yours(user, share)
         previous, number = share.snapshot, share.snapshot + 1
         snapshot = _snapshot_take(share.conversation, share.id, number)
         transaction.on_commit(lambda: share_folder_remove(share.id, previous))

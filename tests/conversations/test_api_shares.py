@@ -507,3 +507,54 @@ def test_a_snapshots_versions_are_its_own(api, conversation, carol):
     # The owner's own view names the new version.
     mine = api.get(f"/api/conversations/{conversation.id}/runs/{second.id}").json()
     assert mine["replaced_by"] == str(third.id)
+
+
+def test_an_owner_who_left_the_team_shares_with_it_no_more(api, conversation, analysts, bob):
+    """The owner's membership counts at every view: once she left the share's team, its
+    members get a 404, her share is `not_allowed` and an update is refused naming it."""
+    made = share(api, conversation, audience="teams", teams=[analysts.id]).json()
+    assert bob.get(f"/api/shares/{made['id']}").status_code == 200
+    analysts.user_set.remove(conversation.user)
+    for path in ("", "/runs", "/events", "/files/chart.png"):
+        assert bob.get(f"/api/shares/{made['id']}{path}").status_code == 404, path
+    assert bob.post(f"/api/shares/{made['id']}/fork").status_code == 404
+    (listed,) = api.get("/api/shares").json()["results"]
+    assert listed["status"] == "not_allowed" and listed["teams"] == []
+    base = f"/api/conversations/{conversation.id}/shares/{made['id']}"
+    refused = api.post(f"{base}/update", {}, format="json")
+    assert refused.status_code == 400, refused.json()
+    assert refused.json()["code"] == "unknown_team" and refused.json()["teams"] == [analysts.id]
+    assert str(analysts.id) in refused.json()["detail"]
+
+
+def test_a_share_shows_only_the_teams_its_owner_is_still_in(api, conversation, analysts, bob):
+    other = Group.objects.create(name="ops")
+    other.user_set.add(conversation.user)
+    made = share(api, conversation, audience="teams", teams=[analysts.id, other.id]).json()
+    other.user_set.remove(conversation.user)
+    (listed,) = api.get("/api/shares").json()["results"]
+    assert listed["status"] == "active" and listed["teams"] == [analysts.id]
+    assert bob.get(f"/api/shares/{made['id']}").json()["teams"] == [analysts.id]
+
+
+def test_a_share_whose_team_was_deleted_is_not_allowed(api, conversation, analysts, bob):
+    made = share(api, conversation, audience="teams", teams=[analysts.id]).json()
+    analysts.delete()
+    (listed,) = api.get("/api/shares").json()["results"]
+    assert listed["status"] == "not_allowed" and listed["teams"] == []
+    assert bob.get(f"/api/shares/{made['id']}").status_code == 404
+    base = f"/api/conversations/{conversation.id}/shares/{made['id']}"
+    refused = api.post(f"{base}/update", {}, format="json")
+    assert refused.status_code == 400 and refused.json()["code"] == "teams_required"
+
+
+def test_a_deactivated_owners_shares_stop(api, conversation, carol):
+    made = share(api, conversation, audience="signed_in").json()
+    conversation.user.is_active = False
+    conversation.user.save(update_fields=["is_active"])
+    for path in ("", "/runs", "/events", "/files/chart.png"):
+        refused = carol.get(f"/api/shares/{made['id']}{path}")
+        assert refused.status_code == 404, path
+        assert refused.json() == {"detail": "No such share.", "code": "not_found"}
+    assert carol.post(f"/api/shares/{made['id']}/fork").status_code == 404
+    assert Share.objects.get(id=made["id"]).conversation.user.is_active is False
