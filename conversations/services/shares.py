@@ -357,15 +357,20 @@ def share_create(
     team_ids = _team_ids_checked(user, audience, teams)
     expires_at = _expiry(expires_in_days)
     conversation = conversation_get(user=user, conversation_id=conversation_id)
-    if Share.objects.filter(conversation=conversation).count() >= MAX_SHARES_PER_CONVERSATION:
-        raise InvalidRequest(
-            f"A conversation has at most {MAX_SHARES_PER_CONVERSATION} shares: stop one first.",
-            code="too_many_shares",
-        )
     share_id = uuid.uuid4()
-    snapshot = _snapshot_take(conversation, share_id, 1)
     try:
         with transaction.atomic():
+            # The conversation's row locked until the share is in: shares made at once
+            # are counted one after the other, so none passes the limit.
+            Conversation.objects.select_for_update().filter(id=conversation.id).first()
+            shares = Share.objects.filter(conversation=conversation).count()
+            if shares >= MAX_SHARES_PER_CONVERSATION:
+                raise InvalidRequest(
+                    f"A conversation has at most {MAX_SHARES_PER_CONVERSATION} shares: stop "
+                    "one first.",
+                    code="too_many_shares",
+                )
+            snapshot = _snapshot_take(conversation, share_id, 1)
             share = Share(
                 id=share_id,
                 conversation=conversation,

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
+from threading import Barrier
 
 import pytest
 from django.contrib.auth.models import Group
+from django.db import connection
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
@@ -20,8 +23,9 @@ from conversations.models import Conversation, ConversationFile, Run, RunEvent, 
 from conversations.selectors.runs import conversation_turns
 from conversations.selectors.workspaces import share_root, workspace_path
 from conversations.services.runs import run_start
-from conversations.services.shares import share_create, share_fork
+from conversations.services.shares import MAX_SHARES_PER_CONVERSATION, share_create, share_fork
 from conversations.services.workspaces import workspace_ensure
+from paw_project.errors import InvalidRequest
 from secrets_vault.models import Datasource
 from secrets_vault.services import secret_set
 from tests.conftest import PAW_AGENT, api_client_for, use_up_throttle
@@ -558,3 +562,30 @@ def test_a_deactivated_owners_shares_stop(api, conversation, carol):
         assert refused.json() == {"detail": "No such share.", "code": "not_found"}
     assert carol.post(f"/api/shares/{made['id']}/fork").status_code == 404
     assert Share.objects.get(id=made["id"]).conversation.user.is_active is False
+
+
+@pytest.mark.django_db(transaction=True)
+def test_shares_made_at_once_stay_within_the_limit(make_user):
+    """40 shares of one conversation made at once: the conversation's row is locked while
+    each is counted and made, so exactly the limit are made and the rest refused."""
+    owner = make_user("alice")
+    conversation = conversation_of(owner, title="Tips")
+    (workspace_ensure(conversation.id) / "tips.csv").write_text(CSV)
+    attempts = 2 * MAX_SHARES_PER_CONVERSATION
+    barrier = Barrier(attempts)
+
+    def attempt(_: int) -> str:
+        try:
+            barrier.wait(timeout=30)
+            share_create(user=owner, conversation_id=conversation.id, audience="signed_in")
+            return "made"
+        except InvalidRequest as error:
+            return error.code
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(attempts) as pool:
+        outcomes = list(pool.map(attempt, range(attempts)))
+    assert outcomes.count("made") == MAX_SHARES_PER_CONVERSATION
+    assert outcomes.count("too_many_shares") == attempts - MAX_SHARES_PER_CONVERSATION
+    assert Share.objects.filter(conversation=conversation).count() == MAX_SHARES_PER_CONVERSATION
