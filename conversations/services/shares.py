@@ -596,7 +596,8 @@ def share_fork(*, user: User, share_id: UUID | str) -> Conversation:
             _fork_approvals(share, conversation, run_map)
             cursor = _fork_events(share, conversation, run_map)
             files = _fork_files(share, conversation)
-            dropped = sorted(set(source.datasources) - usable)
+            dropped = sorted(set(slugs) - usable)  # the conversation's and its runs'
+
             message = (
                 f"Forked from {source.user.get_username()}'s shared conversation "
                 f"(as it was on {share.snapshot_at:%Y-%m-%d %H:%M} UTC): the agent remembers "

@@ -589,3 +589,24 @@ def test_shares_made_at_once_stay_within_the_limit(make_user):
     assert outcomes.count("made") == MAX_SHARES_PER_CONVERSATION
     assert outcomes.count("too_many_shares") == attempts - MAX_SHARES_PER_CONVERSATION
     assert Share.objects.filter(conversation=conversation).count() == MAX_SHARES_PER_CONVERSATION
+
+
+def test_a_forks_notice_names_the_datasources_its_runs_used_too(api, conversation, analysts, carol):
+    """A datasource a shared run used, though no longer one of the conversation's, is
+    left out of the fork too, and its notice names it."""
+    for slug, access in (("tips", "everyone"), ("sales", "teams")):
+        source = Datasource.objects.create(
+            slug=slug, name=slug.title(), dialect="sqlite", connection={"database": "x.db"},
+            access=access,
+        )  # fmt: skip
+        if access == "teams":
+            source.teams.add(analysts)
+    conversation.datasources = ["tips"]
+    conversation.save(update_fields=["datasources"])
+    Run.objects.filter(conversation=conversation).update(datasources=["tips", "sales"])
+    made = share(api, conversation, audience="signed_in").json()
+    fork = Conversation.objects.get(id=carol.post(f"/api/shares/{made['id']}/fork").json()["id"])
+    (run,) = Run.objects.filter(conversation=fork)
+    assert run.datasources == ["tips"]
+    notice = RunEvent.objects.filter(conversation=fork).order_by("cursor").last()
+    assert "Left out, as you may not use them: sales." in notice.payload["message"]
