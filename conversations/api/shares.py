@@ -208,9 +208,22 @@ class SharedOutput(_ShareFields):
         return files_base(share)
 
 
+#: What a run's JSON holds that a share's does not: the owner's model settings and the
+#: tokens they spent (docs/chat.md: "never your keys, secrets or model settings").
+SHARED_RUN_LEFT_OUT = ("provider", "model", "usage")
+
+
 class SharedRunOutput(RunOutput):
-    """A run of a share's snapshot: as ``GET .../runs`` gives it, its answer's images and
+    """A run of a share's snapshot: as ``GET .../runs`` gives it but without the owner's
+    model settings and token usage (:data:`SHARED_RUN_LEFT_OUT`), its answer's images and
     links pointing at the share's files, its versions those of the snapshot."""
+
+    usage = None
+
+    class Meta(RunOutput.Meta):
+        fields = tuple(f for f in RunOutput.Meta.fields if f not in SHARED_RUN_LEFT_OUT)
+        read_only_fields = fields
+        ref_name = "SharedRun"
 
     def get_answer_html(self, run: Run) -> str:
         return markdown_render(run.answer, files_base=files_base(self.context["share"]))

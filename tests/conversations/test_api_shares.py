@@ -610,3 +610,18 @@ def test_a_forks_notice_names_the_datasources_its_runs_used_too(api, conversatio
     assert run.datasources == ["tips"]
     notice = RunEvent.objects.filter(conversation=fork).order_by("cursor").last()
     assert "Left out, as you may not use them: sales." in notice.payload["message"]
+
+
+def test_a_shares_runs_hold_no_model_settings_or_usage(api, conversation, carol):
+    """docs/chat.md: a share shows never the owner's model settings: its runs name no
+    provider, model or token usage (the owner's own runs do)."""
+    Run.objects.filter(conversation=conversation).update(
+        provider="secret-provider", model="secret-model", usage={"input": 12, "output": 34}
+    )
+    made = share(api, conversation, audience="signed_in").json()
+    (run,) = carol.get(f"/api/shares/{made['id']}/runs").json()["results"]
+    assert run["prompt"] == "Average tip?"
+    assert not {"provider", "model", "usage"} & set(run)
+    assert "secret-model" not in str(run) and "secret-provider" not in str(run)
+    mine = api.get(f"/api/conversations/{conversation.id}/runs/{run['id']}").json()
+    assert mine["model"] == "secret-model" and mine["usage"]["input"] == 12
