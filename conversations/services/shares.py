@@ -18,7 +18,8 @@ bytes, or one of the forms masking knows) is left out.
 
 Bounded work: a snapshot copies at most :data:`SHARE_MAX_FILES` files, each at most
 ``PAW_MAX_UPLOAD_BYTES`` and :data:`SHARE_MAX_FILES_BYTES` in all (the others are named in
-``files_left_out``), in chunks; events are copied :data:`CHUNK_EVENTS` at a time.
+``files_left_out``), in chunks, each read no further than those limits allow (a file that
+grew since it was listed is left out too); events are copied :data:`CHUNK_EVENTS` at a time.
 """
 
 from __future__ import annotations
@@ -176,13 +177,48 @@ class _Snapshot:
     files_left_out: list[dict[str, Any]] = field(default_factory=list)
 
 
-class _Hashing:
-    """A file written through, its bytes counted and hashed (SHA-256)."""
+class _TooLarge(Exception):
+    """A file went past the bytes it may have while it was copied (it grew meanwhile)."""
 
-    def __init__(self, out: IO[bytes]) -> None:
-        self.out, self.size, self.digest = out, 0, hashlib.sha256()
+    def __init__(self, size: int) -> None:
+        super().__init__(size)
+        self.size = size
+
+
+class _Bounded:
+    """``source`` read no further than ``limit`` bytes: reading past them raises
+    :class:`_TooLarge` (a file that grew since it was listed). Seeks back to its start
+    only."""
+
+    def __init__(self, source: IO[bytes], limit: int | None) -> None:
+        self.source, self.limit, self.position = source, limit, 0
+
+    def read(self, size: int = -1) -> bytes:
+        if self.limit is not None:
+            allowed = self.limit - self.position + 1  # one more tells it went past
+            size = allowed if size < 0 else min(size, allowed)
+        data = self.source.read(size)
+        self.position += len(data)
+        if self.limit is not None and self.position > self.limit:
+            raise _TooLarge(self.position)
+        return data
+
+    def seek(self, offset: int) -> None:
+        assert offset == 0, "a bounded source seeks back to its start only"
+        self.source.seek(0)
+        self.position = 0
+
+
+class _Hashing:
+    """A file written through, its bytes counted and hashed (SHA-256), at most ``limit``
+    of them (past it :class:`_TooLarge`)."""
+
+    def __init__(self, out: IO[bytes], limit: int | None = None) -> None:
+        self.out, self.size, self.digest, self.limit = out, 0, hashlib.sha256(), limit
 
     def write(self, data: bytes) -> None:
+        if self.limit is not None and self.size + len(data) > self.limit:
+            raise _TooLarge(self.size + len(data))
         self.out.write(data)
         self.size += len(data)
         self.digest.update(data)
@@ -234,31 +270,47 @@ def _holds_a_secret(source: IO[bytes], secret_values: dict[str, str]) -> bool:
 
 
 def _copy_stream(
-    source: IO[bytes], target: Path, secret_values: dict[str, str] | None = None
+    source: IO[bytes],
+    target: Path,
+    secret_values: dict[str, str] | None = None,
+    limit: int | None = None,
 ) -> tuple[int, str] | None:
     """Copy ``source`` into a new file at ``target`` (its folders made, mode 0700):
     text masked with ``secret_values``; a binary file that holds one of them is not
-    copied (``None``). Returns ``(size, sha256)`` of what was written."""
+    copied (``None``). With ``limit``, at most that many bytes are read and written: a
+    file past it (one that grew since it was listed) raises :class:`_TooLarge`, nothing
+    of it left at ``target``. Returns ``(size, sha256)`` of what was written."""
     with source:
-        if secret_values and not _is_text(source) and _holds_a_secret(source, secret_values):
-            return None
-        target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        with open(target, "xb") as file:
-            out = _Hashing(file)
-            if secret_values and _is_text(source):
-                if _copy_masked(source, out, secret_values):
-                    return out.size, out.digest.hexdigest()
-                source.seek(0)
-                file.seek(0)
-                file.truncate()
-                out = _Hashing(file)
-                if _holds_a_secret(source, secret_values):
-                    file.close()
-                    target.unlink()
-                    return None
-            while chunk := source.read(COPY_BYTES):
-                out.write(chunk)
-            return out.size, out.digest.hexdigest()
+        try:
+            return _copy_bounded(_Bounded(source, limit), target, secret_values, limit)
+        except _TooLarge:
+            target.unlink(missing_ok=True)
+            raise
+
+
+def _copy_bounded(
+    source: Any, target: Path, secret_values: dict[str, str] | None, limit: int | None
+) -> tuple[int, str] | None:
+    """:func:`_copy_stream` of a :class:`_Bounded` source."""
+    if secret_values and not _is_text(source) and _holds_a_secret(source, secret_values):
+        return None
+    target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with open(target, "xb") as file:
+        out = _Hashing(file, limit)
+        if secret_values and _is_text(source):
+            if _copy_masked(source, out, secret_values):
+                return out.size, out.digest.hexdigest()
+            source.seek(0)
+            file.seek(0)
+            file.truncate()
+            out = _Hashing(file, limit)
+            if _holds_a_secret(source, secret_values):
+                file.close()
+                target.unlink()
+                return None
+        while chunk := source.read(COPY_BYTES):
+            out.write(chunk)
+        return out.size, out.digest.hexdigest()
 
 
 def _snapshot_files(conversation: Conversation, folder: Path) -> tuple[list, list]:
@@ -283,7 +335,21 @@ def _snapshot_files(conversation: Conversation, folder: Path) -> tuple[list, lis
             left_out.append({"path": entry.path, "size": entry.size, "reason": reason or "gone"})
             continue
         source, _ = opened
-        copied = _copy_stream(source, folder / PurePosixPath(entry.path), secret_values)
+        # The listing's size may be past already: the file is read no further than it may
+        # be (each at most PAW_MAX_UPLOAD_BYTES, and what is left of the total).
+        per_file, left = settings.PAW_MAX_UPLOAD_BYTES, SHARE_MAX_FILES_BYTES - used
+        try:
+            copied = _copy_stream(
+                source, folder / PurePosixPath(entry.path), secret_values, min(per_file, left)
+            )
+        except _TooLarge as grown:
+            reason = (
+                "larger than PAW_MAX_UPLOAD_BYTES"
+                if per_file <= left
+                else f"past {SHARE_MAX_FILES_BYTES // (1024 * 1024)} MiB of files in all"
+            )
+            left_out.append({"path": entry.path, "size": grown.size, "reason": reason})
+            continue
         if copied is None:
             left_out.append({"path": entry.path, "size": entry.size, "reason": "holds a secret"})
             continue

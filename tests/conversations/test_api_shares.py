@@ -6,6 +6,7 @@ keeps only the datasources the viewer may use."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -22,6 +23,7 @@ from django.utils import timezone
 from conversations.models import Conversation, ConversationFile, Run, RunEvent, Share
 from conversations.selectors.runs import conversation_turns
 from conversations.selectors.workspaces import share_root, workspace_path
+from conversations.services import shares as services
 from conversations.services.runs import run_start
 from conversations.services.shares import MAX_SHARES_PER_CONVERSATION, share_create, share_fork
 from conversations.services.workspaces import workspace_ensure
@@ -625,3 +627,39 @@ def test_a_shares_runs_hold_no_model_settings_or_usage(api, conversation, carol)
     assert "secret-model" not in str(run) and "secret-provider" not in str(run)
     mine = api.get(f"/api/conversations/{conversation.id}/runs/{run['id']}").json()
     assert mine["model"] == "secret-model" and mine["usage"]["input"] == 12
+
+
+def test_a_file_growing_while_it_is_copied_stays_within_the_limits(
+    api, conversation, carol, settings, monkeypatch
+):
+    """The listing's size is not trusted: a file that grew past PAW_MAX_UPLOAD_BYTES, or
+    past what is left of the total, after it was listed is copied no further than the
+    limit and left out (named in files_left_out), nothing of it in the snapshot."""
+    folder = workspace_path(conversation.id)
+    settings.PAW_MAX_UPLOAD_BYTES = 1000
+    monkeypatch.setattr(services, "SHARE_MAX_FILES_BYTES", 1500)
+    (folder / "a-grown.txt").write_text("x" * 5000)  # past the file limit
+    (folder / "b-fits.txt").write_text("y" * 900)
+    (folder / "c-grown.txt").write_text("z" * 999)  # within it, past the total's rest
+    listed = services.workspace_files
+
+    def as_listed_before(conversation_id):
+        """The sizes as they were listed, before the files grew."""
+        return [
+            dataclasses.replace(entry, size=10) if "grown" in entry.path else entry
+            for entry in listed(conversation_id)
+        ]
+
+    monkeypatch.setattr(services, "workspace_files", as_listed_before)
+    (folder / "chart.png").write_bytes(PNG)  # len(PNG) + 900 + CSV: below the total
+    made = share(api, conversation, audience="signed_in").json()
+    left_out = {entry["path"]: entry["reason"] for entry in made["files_left_out"]}
+    assert left_out == {
+        "a-grown.txt": "larger than PAW_MAX_UPLOAD_BYTES",
+        "c-grown.txt": "past 0 MiB of files in all",
+    }
+    shared = {f["path"] for f in carol.get(f"/api/shares/{made['id']}").json()["files"]}
+    assert shared == {"b-fits.txt", "chart.png", "tips.csv"}
+    snapshot = share_root(made["id"]) / "1"
+    assert not (snapshot / "a-grown.txt").exists() and not (snapshot / "c-grown.txt").exists()
+    assert sum(p.stat().st_size for p in snapshot.rglob("*") if p.is_file()) <= 1500
