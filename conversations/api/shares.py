@@ -46,7 +46,7 @@ from conversations.services.shares import (
     share_update,
 )
 from paw_project.api import PawPagination, StrictSerializer, error_responses, paginated_response
-from paw_project.throttles import SharesThrottle
+from paw_project.throttles import ShareForksThrottle, SharesThrottle
 
 
 def share_url(request: Request, share: Share) -> str:
@@ -450,7 +450,7 @@ class ShareFileApi(APIView):
 
 
 class ShareForkApi(APIView):
-    throttle_classes = (SharesThrottle,)
+    throttle_classes = (SharesThrottle, ShareForksThrottle)
 
     @extend_schema(
         operation_id="shares_fork",
@@ -459,6 +459,7 @@ class ShareForkApi(APIView):
     )
     def post(self, request: Request, share_id: UUID) -> Response:
         """Start your own conversation from the share: its transcript (and the agent's
-        memory of it), its files copied, and of its datasources only those you may use."""
+        memory of it), its files copied, and of its datasources only those you may use.
+        429 past PAW_THROTTLE_UPLOADS, or past PAW_THROTTLE_FORKS (default 20 a day)."""
         conversation = share_fork(user=request.user, share_id=share_id)
         return Response(ConversationOutput(conversation).data, status=status.HTTP_201_CREATED)

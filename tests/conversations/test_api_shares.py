@@ -663,3 +663,18 @@ def test_a_file_growing_while_it_is_copied_stays_within_the_limits(
     snapshot = share_root(made["id"]) / "1"
     assert not (snapshot / "a-grown.txt").exists() and not (snapshot / "c-grown.txt").exists()
     assert sum(p.stat().st_size for p in snapshot.rglob("*") if p.is_file()) <= 1500
+
+
+def test_forks_are_bounded_per_day_too(api, conversation, carol, settings):
+    """Each fork copies up to 256 MiB of files: past PAW_THROTTLE_FORKS (20 a day by
+    default), within the per-minute rate, a fork is 429; viewing is not counted."""
+    assert settings.PAW_THROTTLE_FORKS == "20/day"
+    made = share(api, conversation, audience="signed_in").json()
+    settings.PAW_THROTTLE_FORKS = "2/day"
+    assert carol.post(f"/api/shares/{made['id']}/fork").status_code == 201
+    assert carol.post(f"/api/shares/{made['id']}/fork").status_code == 201
+    refused = carol.post(f"/api/shares/{made['id']}/fork")
+    assert refused.status_code == 429 and refused.json()["code"] == "throttled"
+    assert int(refused["Retry-After"]) > 60  # the day's window, not a minute's
+    assert carol.get(f"/api/shares/{made['id']}").status_code == 200
+    assert Conversation.objects.filter(user__username="carol").count() == 2
