@@ -7,8 +7,11 @@ keeps only the datasources the viewer may use."""
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import hashlib
+import io
 import uuid
+import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from threading import Barrier
@@ -678,3 +681,70 @@ def test_forks_are_bounded_per_day_too(api, conversation, carol, settings):
     assert int(refused["Retry-After"]) > 60  # the day's window, not a minute's
     assert carol.get(f"/api/shares/{made['id']}").status_code == 200
     assert Conversation.objects.filter(user__username="carol").count() == 2
+
+
+def _xlsx_with(text: str) -> bytes:
+    """A small xlsx-like zip whose shared strings (deflated) hold ``text``."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("[Content_Types].xml", "<Types/>")
+        archive.writestr("xl/sharedStrings.xml", f"<sst><si><t>{text}</t></si></sst>" * 50)
+    return buffer.getvalue()
+
+
+def test_a_compressed_or_utf16_file_holding_a_secret_is_left_out(api, conversation, carol):
+    """The owner's secret in an xlsx cell, in a gzip, in a zip, in UTF-16 text (either
+    byte order): each file is left out, as a binary file holding it is; the same files
+    without it are shared."""
+    token = f"tok-{uuid.uuid4().hex}"
+    secret_set(name="MY_TOKEN", value=token, user=conversation.user)
+    folder = workspace_path(conversation.id)
+    (folder / "book.xlsx").write_bytes(_xlsx_with(f"key {token}"))
+    (folder / "env.txt.gz").write_bytes(gzip.compress(f"MY_TOKEN={token}\n".encode()))
+    (folder / "le.txt").write_bytes(f"MY_TOKEN={token}\n".encode("utf-16"))
+    (folder / "be.txt").write_bytes(f"MY_TOKEN={token}\n".encode("utf-16-be"))
+    (folder / "clean.xlsx").write_bytes(_xlsx_with("no secret here"))
+    (folder / "clean.gz").write_bytes(gzip.compress(b"nothing to hide\n"))
+    (folder / "clean16.txt").write_bytes("nothing to hide\n".encode("utf-16"))
+    assert token.encode() not in (folder / "book.xlsx").read_bytes()  # deflated away
+    made = share(api, conversation, audience="signed_in").json()
+    left_out = {entry["path"]: entry["reason"] for entry in made["files_left_out"]}
+    assert left_out == dict.fromkeys(
+        ("be.txt", "book.xlsx", "env.txt.gz", "le.txt"), "holds a secret"
+    )
+    url = f"/api/shares/{made['id']}"
+    shared = {f["path"] for f in carol.get(url).json()["files"]}
+    assert {"clean.xlsx", "clean.gz", "clean16.txt"} <= shared
+    assert not shared & set(left_out)
+    for path in left_out:
+        assert carol.get(f"{url}/files/{path}").status_code == 404
+
+
+def test_a_zip_bomb_costs_no_more_than_the_inflation_bound(api, conversation, monkeypatch):
+    """A zip (or gzip) inflating past SCAN_MAX_INFLATED_BYTES is left out unchecked: its
+    members are inflated no further than the bound, in all."""
+    monkeypatch.setattr(services, "SCAN_MAX_INFLATED_BYTES", 1024 * 1024)
+    token = f"tok-{uuid.uuid4().hex}"
+    secret_set(name="MY_TOKEN", value=token, user=conversation.user)
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for number in range(3):  # each under the bound, together past it
+            archive.writestr(f"part{number}.txt", b"\0" * (512 * 1024))
+        archive.writestr("last.txt", token)  # past the bound: never reached
+    folder = workspace_path(conversation.id)
+    (folder / "bomb.zip").write_bytes(buffer.getvalue())
+    (folder / "bomb.gz").write_bytes(gzip.compress(b"\0" * (2 * 1024 * 1024) + token.encode()))
+    inflated = []
+    read = services._Inflated.read
+
+    def counted(self, stream):
+        for chunk in read(self, stream):
+            inflated.append(len(chunk))
+            yield chunk
+
+    monkeypatch.setattr(services._Inflated, "read", counted)
+    made = share(api, conversation, audience="signed_in").json()
+    left_out = {entry["path"]: entry["reason"] for entry in made["files_left_out"]}
+    assert set(left_out) == {"bomb.zip", "bomb.gz"}
+    assert all("not checked for secrets" in reason for reason in left_out.values())
+    assert sum(inflated) <= 2 * (1024 * 1024 + services.COPY_BYTES)  # two files' bounds
