@@ -73,7 +73,9 @@ class EmbeddedWorker:
             self.beat = EmbeddedService(app, thread=True)
             self.beat.start()
         _running = self
-        logger.info("embedded worker ready on queues %s", ", ".join(node_queues(settings.PAW_NODE_NAME)))
+        logger.info(
+            "embedded worker ready on queues %s", ", ".join(node_queues(settings.PAW_NODE_NAME))
+        )
 
     def _on_ready(self, consumer) -> None:
         # Celery's default callback starts the consumer's event loop; keep that.

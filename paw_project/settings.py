@@ -475,12 +475,16 @@ REST_FRAMEWORK = {
 PAW_THROTTLE_RUNS = env.str("PAW_THROTTLE_RUNS", default="30/min")
 PAW_THROTTLE_AUTH = env.str("PAW_THROTTLE_AUTH", default="10/min")
 PAW_THROTTLE_UPLOADS = env.str("PAW_THROTTLE_UPLOADS", default="60/min")
+# Forks of shared conversations per user, apart from PAW_THROTTLE_UPLOADS: each copies up
+# to 256 MiB of a share's files into a new workspace, so a day's forks are bounded too.
+PAW_THROTTLE_FORKS = env.str("PAW_THROTTLE_FORKS", default="20/day")
 # Failed bearer authentications (personal API tokens, JWTs; API and websockets) per client
 # address: past the rate, that address's bearer tokens get 429 unchecked, valid ones too,
 # until the oldest counted failure leaves the window (accounts.services).
 PAW_THROTTLE_BAD_TOKENS = env.str("PAW_THROTTLE_BAD_TOKENS", default="20/min")
 for _name in (
-    "PAW_THROTTLE_RUNS", "PAW_THROTTLE_AUTH", "PAW_THROTTLE_UPLOADS", "PAW_THROTTLE_BAD_TOKENS"
+    "PAW_THROTTLE_RUNS", "PAW_THROTTLE_AUTH", "PAW_THROTTLE_UPLOADS", "PAW_THROTTLE_BAD_TOKENS",
+    "PAW_THROTTLE_FORKS",
 ):  # fmt: skip
     if not re.fullmatch(r"\s*[1-9][0-9]*\s*/\s*[smhd][a-z]*\s*", globals()[_name]):
         raise ImproperlyConfigured(

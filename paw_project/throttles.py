@@ -192,6 +192,15 @@ class SharesThrottle(_PerUserThrottle):
         return request.method == "GET" or super().allow_request(request, view)
 
 
+class ShareForksThrottle(_PerUserThrottle):
+    """Forks of shared conversations per user (``PAW_THROTTLE_FORKS``, default
+    ``20/day``), besides :class:`SharesThrottle`: each fork copies up to 256 MiB of a
+    share's files into a new workspace, so their disk use is bounded per day too."""
+
+    scope = "share_forks"
+    rate_setting = "PAW_THROTTLE_FORKS"
+
+
 class TokensThrottle(_PerUserThrottle):
     """Personal API token creations and deletions per user (``PAW_THROTTLE_AUTH``, default
     ``10/min``); listing them is not counted."""

@@ -35,6 +35,7 @@ from conversations.selectors.shares import (
     share_list,
     share_runs,
     share_status,
+    share_team_ids,
 )
 from conversations.services.shares import (
     KEEP,
@@ -45,7 +46,7 @@ from conversations.services.shares import (
     share_update,
 )
 from paw_project.api import PawPagination, StrictSerializer, error_responses, paginated_response
-from paw_project.throttles import SharesThrottle
+from paw_project.throttles import ShareForksThrottle, SharesThrottle
 
 
 def share_url(request: Request, share: Share) -> str:
@@ -80,8 +81,8 @@ class _ShareFields(serializers.ModelSerializer):
 
     url = serializers.SerializerMethodField(help_text="The share's page: the link to send.")
     teams = serializers.SerializerMethodField(
-        help_text="The ids of the teams whose members may see it (audience `teams`; [] "
-        "for `signed_in`)."
+        help_text="The ids of the teams whose members may see it (audience `teams`: those "
+        "its owner is still a member of; [] for `signed_in`)."
     )
     created = serializers.DateTimeField(source="created_at")
     updated = serializers.DateTimeField(
@@ -99,7 +100,7 @@ class _ShareFields(serializers.ModelSerializer):
 
     @extend_schema_field(serializers.ListField(child=serializers.IntegerField()))
     def get_teams(self, share: Share) -> list[int]:
-        return sorted(team.id for team in share.teams.all())
+        return share_team_ids(share)
 
 
 class ShareOutput(_ShareFields):
@@ -108,7 +109,8 @@ class ShareOutput(_ShareFields):
     conversation = serializers.SerializerMethodField()
     status = serializers.SerializerMethodField(
         help_text="`active`; `expired` (past `expires`); `not_allowed` (PAW_SHARING no "
-        "longer allows its audience). Only an active share can be seen."
+        "longer allows its audience, you were deactivated, or none of its teams is one of "
+        "yours any more). Only an active share can be seen."
     )
 
     class Meta:
@@ -206,9 +208,22 @@ class SharedOutput(_ShareFields):
         return files_base(share)
 
 
+#: What a run's JSON holds that a share's does not: the owner's model settings and the
+#: tokens they spent (docs/chat.md: "never your keys, secrets or model settings").
+SHARED_RUN_LEFT_OUT = ("provider", "model", "usage")
+
+
 class SharedRunOutput(RunOutput):
-    """A run of a share's snapshot: as ``GET .../runs`` gives it, its answer's images and
+    """A run of a share's snapshot: as ``GET .../runs`` gives it but without the owner's
+    model settings and token usage (:data:`SHARED_RUN_LEFT_OUT`), its answer's images and
     links pointing at the share's files, its versions those of the snapshot."""
+
+    usage = None
+
+    class Meta(RunOutput.Meta):
+        fields = tuple(f for f in RunOutput.Meta.fields if f not in SHARED_RUN_LEFT_OUT)
+        read_only_fields = fields
+        ref_name = "SharedRun"
 
     def get_answer_html(self, run: Run) -> str:
         return markdown_render(run.answer, files_base=files_base(self.context["share"]))
@@ -435,7 +450,7 @@ class ShareFileApi(APIView):
 
 
 class ShareForkApi(APIView):
-    throttle_classes = (SharesThrottle,)
+    throttle_classes = (SharesThrottle, ShareForksThrottle)
 
     @extend_schema(
         operation_id="shares_fork",
@@ -444,6 +459,7 @@ class ShareForkApi(APIView):
     )
     def post(self, request: Request, share_id: UUID) -> Response:
         """Start your own conversation from the share: its transcript (and the agent's
-        memory of it), its files copied, and of its datasources only those you may use."""
+        memory of it), its files copied, and of its datasources only those you may use.
+        429 past PAW_THROTTLE_UPLOADS, or past PAW_THROTTLE_FORKS (default 20 a day)."""
         conversation = share_fork(user=request.user, share_id=share_id)
         return Response(ConversationOutput(conversation).data, status=status.HTTP_201_CREATED)

@@ -2,8 +2,9 @@
 
 A share (:class:`~conversations.models.Share`) is seen by its audience only — the
 members of its teams (``teams``) or every signed-in person (``signed_in``) — and by its
-owner; for anyone else, and once it expired, was stopped, or ``PAW_SHARING`` no longer
-allows its audience, it does not exist (``NotFound``, one answer for all of these, so a
+owner; for anyone else, and once it expired, was stopped, ``PAW_SHARING`` no longer
+allows its audience, its owner was deactivated or (``teams``) is a member of none of its
+teams any more, it does not exist (``NotFound``, one answer for all of these, so a
 share's id cannot be probed).
 """
 
@@ -44,10 +45,25 @@ def sharing_allows(audience: str) -> bool:
     return AUDIENCE_WIDTH.get(audience, 99) <= SHARING_WIDTH.get(settings.PAW_SHARING, 0)
 
 
+def share_team_ids(share: Share) -> list[int]:
+    """The ids of the share's teams its owner is still a member of, sorted: only those
+    see it (a team the owner left, or one deleted, is no longer of its audience). Empty
+    for ``signed_in``. Worked out once per share object."""
+    cached = getattr(share, "_owner_team_ids", None)
+    if cached is None:
+        owner_teams = user_team_ids(share.conversation.user)
+        cached = sorted(team.id for team in share.teams.all() if team.id in owner_teams)
+        share._owner_team_ids = cached
+    return cached
+
+
 def share_status(share: Share, *, now: datetime | None = None) -> str:
     """``active``, ``expired`` (past ``expires_at``) or ``not_allowed`` (``PAW_SHARING``
-    no longer allows its audience): only an active share can be seen."""
-    if not sharing_allows(share.audience):
+    no longer allows its audience, its owner was deactivated, or a ``teams`` share has
+    no team left that its owner is a member of): only an active share can be seen."""
+    if not sharing_allows(share.audience) or not share.conversation.user.is_active:
+        return "not_allowed"
+    if share.audience == Share.Audience.TEAMS and not share_team_ids(share):
         return "not_allowed"
     if share.expires_at is not None and share.expires_at <= (now or timezone.now()):
         return "expired"
@@ -59,7 +75,7 @@ def share_list(*, user: User) -> QuerySet[Share]:
     their conversation and teams loaded."""
     return (
         Share.objects.filter(conversation__user=user)
-        .select_related("conversation")
+        .select_related("conversation__user")
         .prefetch_related("teams")
         .order_by("-created_at", "-id")
     )
@@ -78,8 +94,12 @@ def conversation_share_get(
     """One share of the user's conversation (``for_update``: row-locked). Raises
     ``NotFound`` (404) for another user's conversation or a share not of it."""
     conversation = conversation_get(user=user, conversation_id=conversation_id)
-    shares = Share.objects.select_for_update() if for_update else Share.objects
-    share = shares.filter(conversation=conversation, id=share_id).first()
+    shares = Share.objects.select_for_update(of=("self",)) if for_update else Share.objects
+    share = (
+        shares.select_related("conversation__user")
+        .filter(conversation=conversation, id=share_id)
+        .first()
+    )
     if share is None:
         raise NotFound("No such share.", code="not_found")
     return share
@@ -87,9 +107,9 @@ def conversation_share_get(
 
 def share_for_viewer(*, user: User, share_id: UUID | str) -> Share:
     """The share ``share_id`` as ``user`` may see it: active (:func:`share_status`) and
-    ``user`` its owner or in its audience (a member of one of its teams, for ``teams``;
-    anyone signed in, for ``signed_in``). Raises ``NotFound`` (404) otherwise, the same
-    answer as for a share that does not exist."""
+    ``user`` its owner or in its audience (a member of one of its teams that its owner is
+    still a member of, for ``teams``; anyone signed in, for ``signed_in``). Raises
+    ``NotFound`` (404) otherwise, the same answer as for a share that does not exist."""
     missing = NotFound("No such share.", code="not_found")
     if not user.is_authenticated:
         raise missing
@@ -101,10 +121,7 @@ def share_for_viewer(*, user: User, share_id: UUID | str) -> Share:
         raise missing
     if share.conversation.user_id == user.pk or share.audience == Share.Audience.SIGNED_IN:
         return share
-    if (
-        share.audience == Share.Audience.TEAMS
-        and share.teams.filter(id__in=user_team_ids(user)).exists()
-    ):
+    if share.audience == Share.Audience.TEAMS and set(share_team_ids(share)) & user_team_ids(user):
         return share
     raise missing
 

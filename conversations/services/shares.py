@@ -14,25 +14,34 @@ only those the person may use.
 Nothing of the owner's secrets: the events are stored masked already; the snapshot's
 text files (UTF-8) are masked the same way with every secret value PAW keeps for the
 owner's sandboxes (``stored_secret_values``), and a binary file that holds one (as UTF-8
-bytes, or one of the forms masking knows) is left out.
+or UTF-16 bytes, or one of the forms masking knows, also inside a zip file's members —
+xlsx, docx — or a gzip file, inflated at most :data:`SCAN_MAX_INFLATED_BYTES`: one
+inflating further is left out unchecked) is left out.
 
 Bounded work: a snapshot copies at most :data:`SHARE_MAX_FILES` files, each at most
 ``PAW_MAX_UPLOAD_BYTES`` and :data:`SHARE_MAX_FILES_BYTES` in all (the others are named in
-``files_left_out``), in chunks; events are copied :data:`CHUNK_EVENTS` at a time.
+``files_left_out``), in chunks, each read no further than those limits allow (a file that
+grew since it was listed is left out too); events are copied :data:`CHUNK_EVENTS` at a time.
 """
 
 from __future__ import annotations
 
 import codecs
+import functools
+import gzip
 import hashlib
 import shutil
 import uuid
+import zipfile
+import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 from uuid import UUID
 
+from ahocorasick_rs import AhoCorasick
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
@@ -64,7 +73,7 @@ from conversations.services.workspaces import (
     workspace_remove,
 )
 from paw_project.errors import Forbidden, InvalidRequest
-from secrets_vault.masking import StreamMasker, mask_text
+from secrets_vault.masking import MIN_MASKED_LENGTH, StreamMasker, secret_forms
 from secrets_vault.services import datasources_available, stored_secret_values
 from teams.selectors import user_team_ids
 
@@ -80,6 +89,11 @@ SHARE_MAX_FILES_BYTES = 256 * 1024 * 1024
 COPY_BYTES = 256 * 1024
 #: Bytes of a file's start that tell text (masked) from binary.
 SNIFF_BYTES = 8192
+#: Bytes a compressed file (a zip's members together, a gzip) is inflated to at most when
+#: it is looked through for secrets; one inflating further is left out unchecked.
+SCAN_MAX_INFLATED_BYTES = 128 * 1024 * 1024
+#: How a gzip file starts.
+GZIP_MAGIC = b"\x1f\x8b"
 #: Events (and runs, approvals) a fork writes at a time.
 CHUNK_EVENTS = 500
 #: Left out: keep the share's expiry as it is (``share_update``).
@@ -129,6 +143,29 @@ def _team_ids_checked(user: User, audience: str, teams: list[int] | None) -> lis
     return wanted
 
 
+def _teams_still_yours(user: User, share: Share) -> None:
+    """Refuse to update a ``teams`` share whose owner left one of its teams (naming them)
+    or none of whose teams is left (a deleted team): stop it and share anew."""
+    if share.audience != Share.Audience.TEAMS:
+        return
+    mine = user_team_ids(user)
+    team_ids = sorted(share.teams.values_list("id", flat=True))
+    lost = [team for team in team_ids if team not in mine]
+    if lost:
+        raise InvalidRequest(
+            f"No longer a team of yours: {', '.join(str(t) for t in lost)}. A conversation "
+            "is shared only with teams its owner is a member of: stop this share and share "
+            "anew.",
+            code="unknown_team",
+            extra={"teams": lost},
+        )
+    if not team_ids:
+        raise InvalidRequest(
+            "None of this share's teams is left: stop it and share anew.",
+            code="teams_required",
+        )
+
+
 def _expiry(expires_in_days: int | None) -> datetime | None:
     if expires_in_days is None:
         return None
@@ -153,13 +190,51 @@ class _Snapshot:
     files_left_out: list[dict[str, Any]] = field(default_factory=list)
 
 
-class _Hashing:
-    """A file written through, its bytes counted and hashed (SHA-256)."""
+class _TooLarge(Exception):
+    """A file went past the bytes it may have while it was copied (it grew meanwhile)."""
 
-    def __init__(self, out: IO[bytes]) -> None:
-        self.out, self.size, self.digest = out, 0, hashlib.sha256()
+    def __init__(self, size: int) -> None:
+        super().__init__(size)
+        self.size = size
+
+
+class _Bounded:
+    """``source`` read no further than offset ``limit``: reading past it raises
+    :class:`_TooLarge` (a file that grew since it was listed). Seekable, as a zip file's
+    reader needs."""
+
+    def __init__(self, source: IO[bytes], limit: int | None) -> None:
+        self.source, self.limit = source, limit
+
+    def read(self, size: int = -1) -> bytes:
+        if self.limit is not None:
+            allowed = max(self.limit - self.source.tell() + 1, 0)  # one more: it went past
+            size = allowed if size is None or size < 0 else min(size, allowed)
+        data = self.source.read(size)
+        if self.limit is not None and self.source.tell() > self.limit:
+            raise _TooLarge(self.source.tell())
+        return data
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self.source.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self.source.tell()
+
+    def seekable(self) -> bool:
+        return True
+
+
+class _Hashing:
+    """A file written through, its bytes counted and hashed (SHA-256), at most ``limit``
+    of them (past it :class:`_TooLarge`)."""
+
+    def __init__(self, out: IO[bytes], limit: int | None = None) -> None:
+        self.out, self.size, self.digest, self.limit = out, 0, hashlib.sha256(), limit
 
     def write(self, data: bytes) -> None:
+        if self.limit is not None and self.size + len(data) > self.limit:
+            raise _TooLarge(self.size + len(data))
         self.out.write(data)
         self.size += len(data)
         self.digest.update(data)
@@ -193,49 +268,164 @@ def _copy_masked(source: IO[bytes], out: _Hashing, secret_values: dict[str, str]
     return True
 
 
-def _holds_a_secret(source: IO[bytes], secret_values: dict[str, str]) -> bool:
-    """Whether the bytes of ``source`` hold a secret value (or one of its masked forms)
-    as UTF-8; read in chunks that overlap by the longest value, then back to its start."""
-    values = {name: value.encode().decode("latin-1") for name, value in secret_values.items()}
-    overlap = max((len(v) for v in values.values()), default=0) * 6  # its longest forms
-    tail = ""
+class _Unchecked(Exception):
+    """A compressed file (or member) inflates past :data:`SCAN_MAX_INFLATED_BYTES`: it
+    cannot be checked for secrets within bounds, so it is left out."""
+
+
+@functools.lru_cache(maxsize=64)
+def _needles(items: tuple[tuple[str, str], ...]) -> tuple[AhoCorasick | None, int]:
+    """The byte strings a file holding one of the values would hold: each value and each
+    form masking knows (:func:`~secrets_vault.masking.secret_forms`), as UTF-8, UTF-16 LE
+    and UTF-16 BE, matched by one automaton over bytes read as latin-1 (one character a
+    byte). Returns ``(automaton, longest needle in bytes)``."""
+    patterns: set[str] = set()
+    for _, value in items:
+        if len(value) < MIN_MASKED_LENGTH:
+            continue
+        for form in (value, *secret_forms(value)):
+            for encoding in ("utf-8", "utf-16-le", "utf-16-be"):
+                patterns.add(form.encode(encoding).decode("latin-1"))
+    if not patterns:
+        return None, 0
+    return AhoCorasick(sorted(patterns)), max(len(p) for p in patterns)
+
+
+class _Scan:
+    """Bytes fed in chunks, looked through for the needles of ``secret_values`` (see
+    :func:`_needles`); chunks overlap by the longest needle, so memory stays bounded."""
+
+    def __init__(self, secret_values: dict[str, str]) -> None:
+        self.automaton, longest = _needles(tuple(sorted(secret_values.items())))
+        self.overlap = max(longest - 1, 0)
+        self.tail = ""
+
+    def feed(self, chunk: bytes) -> bool:
+        """Whether the bytes so far hold a needle."""
+        if self.automaton is None:
+            return False
+        window = self.tail + chunk.decode("latin-1")
+        if self.automaton.find_matches_as_indexes(window):
+            return True
+        self.tail = window[-self.overlap :] if self.overlap else ""
+        return False
+
+
+class _Inflated:
+    """What inflating one compressed file may still cost: :data:`SCAN_MAX_INFLATED_BYTES`
+    in all its members together; past it :class:`_Unchecked`."""
+
+    def __init__(self) -> None:
+        self.left = SCAN_MAX_INFLATED_BYTES
+
+    def read(self, stream: IO[bytes]) -> Iterator[bytes]:
+        """``stream``'s bytes in chunks, counted against what is left."""
+        while chunk := stream.read(min(COPY_BYTES, self.left + 1)):
+            self.left -= len(chunk)
+            if self.left < 0:
+                raise _Unchecked
+            yield chunk
+
+
+def _scan_stream(chunks: Iterator[bytes], secret_values: dict[str, str]) -> bool:
+    scan = _Scan(secret_values)
+    return any(scan.feed(chunk) for chunk in chunks)
+
+
+def _zip_holds_a_secret(source: Any, secret_values: dict[str, str]) -> bool:
+    """Whether a member of the zip file ``source`` (xlsx, docx, zip: each member inflated,
+    :data:`SCAN_MAX_INFLATED_BYTES` in all) holds a secret; a member that cannot be read
+    (encrypted, an unknown compression) cannot be checked (:class:`_Unchecked`)."""
+    budget = _Inflated()
     try:
-        while chunk := source.read(COPY_BYTES):
-            window = tail + chunk.decode("latin-1")
-            if mask_text(window, values) != window:
-                return True
-            tail = window[-overlap:] if overlap else ""
+        with zipfile.ZipFile(source) as archive:
+            for info in archive.infolist():
+                if info.is_dir():
+                    continue
+                with archive.open(info) as member:
+                    if _scan_stream(budget.read(member), secret_values):
+                        return True
+    except (zipfile.BadZipFile, RuntimeError, NotImplementedError, OSError, EOFError) as e:
+        raise _Unchecked from e
+    return False
+
+
+def _gzip_holds_a_secret(source: Any, secret_values: dict[str, str]) -> bool:
+    """Whether the gzip file ``source``, inflated (:data:`SCAN_MAX_INFLATED_BYTES` at
+    most), holds a secret; what inflates before an error in it is looked through."""
+    budget = _Inflated()
+    scan = _Scan(secret_values)
+    try:
+        with gzip.GzipFile(fileobj=source, mode="rb") as inflated:
+            return any(scan.feed(chunk) for chunk in budget.read(inflated))
+    except (OSError, EOFError, zlib.error):
+        return False
+
+
+def _holds_a_secret(source: Any, secret_values: dict[str, str]) -> bool:
+    """Whether the bytes of ``source`` hold a secret value (or one of its masked forms)
+    as UTF-8 or UTF-16 (LE or BE), or, a zip or gzip file, once inflated; read in chunks
+    that overlap by the longest needle, then back to its start. Raises
+    :class:`_Unchecked` for a compressed file past what may be inflated."""
+    try:
+        if _scan_stream(iter(lambda: source.read(COPY_BYTES), b""), secret_values):
+            return True
+        source.seek(0)
+        if source.read(2) == GZIP_MAGIC:
+            source.seek(0)
+            return _gzip_holds_a_secret(source, secret_values)
+        source.seek(0)
+        if zipfile.is_zipfile(source):
+            source.seek(0)
+            return _zip_holds_a_secret(source, secret_values)
         return False
     finally:
         source.seek(0)
 
 
 def _copy_stream(
-    source: IO[bytes], target: Path, secret_values: dict[str, str] | None = None
+    source: IO[bytes],
+    target: Path,
+    secret_values: dict[str, str] | None = None,
+    limit: int | None = None,
 ) -> tuple[int, str] | None:
     """Copy ``source`` into a new file at ``target`` (its folders made, mode 0700):
     text masked with ``secret_values``; a binary file that holds one of them is not
-    copied (``None``). Returns ``(size, sha256)`` of what was written."""
+    copied (``None``), nor a compressed one too large to check (:class:`_Unchecked`).
+    With ``limit``, at most that many bytes are read and written: a
+    file past it (one that grew since it was listed) raises :class:`_TooLarge`, nothing
+    of it left at ``target``. Returns ``(size, sha256)`` of what was written."""
     with source:
-        if secret_values and not _is_text(source) and _holds_a_secret(source, secret_values):
-            return None
-        target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        with open(target, "xb") as file:
-            out = _Hashing(file)
-            if secret_values and _is_text(source):
-                if _copy_masked(source, out, secret_values):
-                    return out.size, out.digest.hexdigest()
-                source.seek(0)
-                file.seek(0)
-                file.truncate()
-                out = _Hashing(file)
-                if _holds_a_secret(source, secret_values):
-                    file.close()
-                    target.unlink()
-                    return None
-            while chunk := source.read(COPY_BYTES):
-                out.write(chunk)
-            return out.size, out.digest.hexdigest()
+        try:
+            return _copy_bounded(_Bounded(source, limit), target, secret_values, limit)
+        except (_TooLarge, _Unchecked):
+            target.unlink(missing_ok=True)
+            raise
+
+
+def _copy_bounded(
+    source: Any, target: Path, secret_values: dict[str, str] | None, limit: int | None
+) -> tuple[int, str] | None:
+    """:func:`_copy_stream` of a :class:`_Bounded` source."""
+    if secret_values and not _is_text(source) and _holds_a_secret(source, secret_values):
+        return None
+    target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with open(target, "xb") as file:
+        out = _Hashing(file, limit)
+        if secret_values and _is_text(source):
+            if _copy_masked(source, out, secret_values):
+                return out.size, out.digest.hexdigest()
+            source.seek(0)
+            file.seek(0)
+            file.truncate()
+            out = _Hashing(file, limit)
+            if _holds_a_secret(source, secret_values):
+                file.close()
+                target.unlink()
+                return None
+        while chunk := source.read(COPY_BYTES):
+            out.write(chunk)
+        return out.size, out.digest.hexdigest()
 
 
 def _snapshot_files(conversation: Conversation, folder: Path) -> tuple[list, list]:
@@ -260,7 +450,28 @@ def _snapshot_files(conversation: Conversation, folder: Path) -> tuple[list, lis
             left_out.append({"path": entry.path, "size": entry.size, "reason": reason or "gone"})
             continue
         source, _ = opened
-        copied = _copy_stream(source, folder / PurePosixPath(entry.path), secret_values)
+        # The listing's size may be past already: the file is read no further than it may
+        # be (each at most PAW_MAX_UPLOAD_BYTES, and what is left of the total).
+        per_file, left = settings.PAW_MAX_UPLOAD_BYTES, SHARE_MAX_FILES_BYTES - used
+        try:
+            copied = _copy_stream(
+                source, folder / PurePosixPath(entry.path), secret_values, min(per_file, left)
+            )
+        except _Unchecked:
+            reason = (
+                f"compressed, inflating past {SCAN_MAX_INFLATED_BYTES // (1024 * 1024)} MiB: "
+                "not checked for secrets"
+            )
+            left_out.append({"path": entry.path, "size": entry.size, "reason": reason})
+            continue
+        except _TooLarge as grown:
+            reason = (
+                "larger than PAW_MAX_UPLOAD_BYTES"
+                if per_file <= left
+                else f"past {SHARE_MAX_FILES_BYTES // (1024 * 1024)} MiB of files in all"
+            )
+            left_out.append({"path": entry.path, "size": grown.size, "reason": reason})
+            continue
         if copied is None:
             left_out.append({"path": entry.path, "size": entry.size, "reason": "holds a secret"})
             continue
@@ -334,15 +545,20 @@ def share_create(
     team_ids = _team_ids_checked(user, audience, teams)
     expires_at = _expiry(expires_in_days)
     conversation = conversation_get(user=user, conversation_id=conversation_id)
-    if Share.objects.filter(conversation=conversation).count() >= MAX_SHARES_PER_CONVERSATION:
-        raise InvalidRequest(
-            f"A conversation has at most {MAX_SHARES_PER_CONVERSATION} shares: stop one first.",
-            code="too_many_shares",
-        )
     share_id = uuid.uuid4()
-    snapshot = _snapshot_take(conversation, share_id, 1)
     try:
         with transaction.atomic():
+            # The conversation's row locked until the share is in: shares made at once
+            # are counted one after the other, so none passes the limit.
+            Conversation.objects.select_for_update().filter(id=conversation.id).first()
+            shares = Share.objects.filter(conversation=conversation).count()
+            if shares >= MAX_SHARES_PER_CONVERSATION:
+                raise InvalidRequest(
+                    f"A conversation has at most {MAX_SHARES_PER_CONVERSATION} shares: stop "
+                    "one first.",
+                    code="too_many_shares",
+                )
+            snapshot = _snapshot_take(conversation, share_id, 1)
             share = Share(
                 id=share_id,
                 conversation=conversation,
@@ -374,7 +590,9 @@ def share_update(
 
     Raises ``Forbidden`` ``sharing_off``, ``InvalidRequest`` ``audience_not_allowed``
     (``PAW_SHARING`` no longer allows its audience: stop it and share anew) or
-    ``invalid_expiry``, ``NotFound`` for a share not of the user's conversation."""
+    ``invalid_expiry``, ``unknown_team`` (naming the share's teams the user is no longer
+    a member of) or ``teams_required`` (none of its teams is left), ``NotFound`` for a
+    share not of the user's conversation."""
     _sharing_on()
     expires_at = KEEP if expires_in_days is KEEP else _expiry(expires_in_days)
     with transaction.atomic():
@@ -382,6 +600,7 @@ def share_update(
             user=user, conversation_id=conversation_id, share_id=share_id, for_update=True
         )
         _audience_allowed(share.audience)
+        _teams_still_yours(user, share)
         previous, number = share.snapshot, share.snapshot + 1
         snapshot = _snapshot_take(share.conversation, share.id, number)
         transaction.on_commit(lambda: share_folder_remove(share.id, previous))
@@ -565,7 +784,8 @@ def share_fork(*, user: User, share_id: UUID | str) -> Conversation:
             _fork_approvals(share, conversation, run_map)
             cursor = _fork_events(share, conversation, run_map)
             files = _fork_files(share, conversation)
-            dropped = sorted(set(source.datasources) - usable)
+            dropped = sorted(set(slugs) - usable)  # the conversation's and its runs'
+
             message = (
                 f"Forked from {source.user.get_username()}'s shared conversation "
                 f"(as it was on {share.snapshot_at:%Y-%m-%d %H:%M} UTC): the agent remembers "

@@ -49,6 +49,7 @@ def chat_server(django_db_setup, django_db_blocker, worker_node) -> Iterator[Web
         PAW_ALLOW_REGISTRATION="1",
         PAW_MAX_UPLOAD_BYTES=str(UPLOAD_LIMIT),
         PAW_THROTTLE_UPLOADS="1000/min",
+        PAW_THROTTLE_FORKS="1000/min",
         PAW_THROTTLE_RUNS="1000/min",
     ) as server:
         yield server

@@ -6,12 +6,19 @@ keeps only the datasources the viewer may use."""
 
 from __future__ import annotations
 
+import dataclasses
+import gzip
 import hashlib
+import io
 import uuid
+import zipfile
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
+from threading import Barrier
 
 import pytest
 from django.contrib.auth.models import Group
+from django.db import connection
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
@@ -19,9 +26,11 @@ from django.utils import timezone
 from conversations.models import Conversation, ConversationFile, Run, RunEvent, Share
 from conversations.selectors.runs import conversation_turns
 from conversations.selectors.workspaces import share_root, workspace_path
+from conversations.services import shares as services
 from conversations.services.runs import run_start
-from conversations.services.shares import share_create, share_fork
+from conversations.services.shares import MAX_SHARES_PER_CONVERSATION, share_create, share_fork
 from conversations.services.workspaces import workspace_ensure
+from paw_project.errors import InvalidRequest
 from secrets_vault.models import Datasource
 from secrets_vault.services import secret_set
 from tests.conftest import PAW_AGENT, api_client_for, use_up_throttle
@@ -507,3 +516,235 @@ def test_a_snapshots_versions_are_its_own(api, conversation, carol):
     # The owner's own view names the new version.
     mine = api.get(f"/api/conversations/{conversation.id}/runs/{second.id}").json()
     assert mine["replaced_by"] == str(third.id)
+
+
+def test_an_owner_who_left_the_team_shares_with_it_no_more(api, conversation, analysts, bob):
+    """The owner's membership counts at every view: once she left the share's team, its
+    members get a 404, her share is `not_allowed` and an update is refused naming it."""
+    made = share(api, conversation, audience="teams", teams=[analysts.id]).json()
+    assert bob.get(f"/api/shares/{made['id']}").status_code == 200
+    analysts.user_set.remove(conversation.user)
+    for path in ("", "/runs", "/events", "/files/chart.png"):
+        assert bob.get(f"/api/shares/{made['id']}{path}").status_code == 404, path
+    assert bob.post(f"/api/shares/{made['id']}/fork").status_code == 404
+    (listed,) = api.get("/api/shares").json()["results"]
+    assert listed["status"] == "not_allowed" and listed["teams"] == []
+    base = f"/api/conversations/{conversation.id}/shares/{made['id']}"
+    refused = api.post(f"{base}/update", {}, format="json")
+    assert refused.status_code == 400, refused.json()
+    assert refused.json()["code"] == "unknown_team" and refused.json()["teams"] == [analysts.id]
+    assert str(analysts.id) in refused.json()["detail"]
+
+
+def test_a_share_shows_only_the_teams_its_owner_is_still_in(api, conversation, analysts, bob):
+    other = Group.objects.create(name="ops")
+    other.user_set.add(conversation.user)
+    made = share(api, conversation, audience="teams", teams=[analysts.id, other.id]).json()
+    other.user_set.remove(conversation.user)
+    (listed,) = api.get("/api/shares").json()["results"]
+    assert listed["status"] == "active" and listed["teams"] == [analysts.id]
+    assert bob.get(f"/api/shares/{made['id']}").json()["teams"] == [analysts.id]
+
+
+def test_a_share_whose_team_was_deleted_is_not_allowed(api, conversation, analysts, bob):
+    made = share(api, conversation, audience="teams", teams=[analysts.id]).json()
+    analysts.delete()
+    (listed,) = api.get("/api/shares").json()["results"]
+    assert listed["status"] == "not_allowed" and listed["teams"] == []
+    assert bob.get(f"/api/shares/{made['id']}").status_code == 404
+    base = f"/api/conversations/{conversation.id}/shares/{made['id']}"
+    refused = api.post(f"{base}/update", {}, format="json")
+    assert refused.status_code == 400 and refused.json()["code"] == "teams_required"
+
+
+def test_a_deactivated_owners_shares_stop(api, conversation, carol):
+    made = share(api, conversation, audience="signed_in").json()
+    conversation.user.is_active = False
+    conversation.user.save(update_fields=["is_active"])
+    for path in ("", "/runs", "/events", "/files/chart.png"):
+        refused = carol.get(f"/api/shares/{made['id']}{path}")
+        assert refused.status_code == 404, path
+        assert refused.json() == {"detail": "No such share.", "code": "not_found"}
+    assert carol.post(f"/api/shares/{made['id']}/fork").status_code == 404
+    assert Share.objects.get(id=made["id"]).conversation.user.is_active is False
+
+
+@pytest.mark.django_db(transaction=True)
+def test_shares_made_at_once_stay_within_the_limit(make_user):
+    """40 shares of one conversation made at once: the conversation's row is locked while
+    each is counted and made, so exactly the limit are made and the rest refused."""
+    owner = make_user("alice")
+    conversation = conversation_of(owner, title="Tips")
+    (workspace_ensure(conversation.id) / "tips.csv").write_text(CSV)
+    attempts = 2 * MAX_SHARES_PER_CONVERSATION
+    barrier = Barrier(attempts)
+
+    def attempt(_: int) -> str:
+        try:
+            barrier.wait(timeout=30)
+            share_create(user=owner, conversation_id=conversation.id, audience="signed_in")
+            return "made"
+        except InvalidRequest as error:
+            return error.code
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(attempts) as pool:
+        outcomes = list(pool.map(attempt, range(attempts)))
+    assert outcomes.count("made") == MAX_SHARES_PER_CONVERSATION
+    assert outcomes.count("too_many_shares") == attempts - MAX_SHARES_PER_CONVERSATION
+    assert Share.objects.filter(conversation=conversation).count() == MAX_SHARES_PER_CONVERSATION
+
+
+def test_a_forks_notice_names_the_datasources_its_runs_used_too(api, conversation, analysts, carol):
+    """A datasource a shared run used, though no longer one of the conversation's, is
+    left out of the fork too, and its notice names it."""
+    for slug, access in (("tips", "everyone"), ("sales", "teams")):
+        source = Datasource.objects.create(
+            slug=slug, name=slug.title(), dialect="sqlite", connection={"database": "x.db"},
+            access=access,
+        )  # fmt: skip
+        if access == "teams":
+            source.teams.add(analysts)
+    conversation.datasources = ["tips"]
+    conversation.save(update_fields=["datasources"])
+    Run.objects.filter(conversation=conversation).update(datasources=["tips", "sales"])
+    made = share(api, conversation, audience="signed_in").json()
+    fork = Conversation.objects.get(id=carol.post(f"/api/shares/{made['id']}/fork").json()["id"])
+    (run,) = Run.objects.filter(conversation=fork)
+    assert run.datasources == ["tips"]
+    notice = RunEvent.objects.filter(conversation=fork).order_by("cursor").last()
+    assert "Left out, as you may not use them: sales." in notice.payload["message"]
+
+
+def test_a_shares_runs_hold_no_model_settings_or_usage(api, conversation, carol):
+    """docs/chat.md: a share shows never the owner's model settings: its runs name no
+    provider, model or token usage (the owner's own runs do)."""
+    Run.objects.filter(conversation=conversation).update(
+        provider="secret-provider", model="secret-model", usage={"input": 12, "output": 34}
+    )
+    made = share(api, conversation, audience="signed_in").json()
+    (run,) = carol.get(f"/api/shares/{made['id']}/runs").json()["results"]
+    assert run["prompt"] == "Average tip?"
+    assert not {"provider", "model", "usage"} & set(run)
+    assert "secret-model" not in str(run) and "secret-provider" not in str(run)
+    mine = api.get(f"/api/conversations/{conversation.id}/runs/{run['id']}").json()
+    assert mine["model"] == "secret-model" and mine["usage"]["input"] == 12
+
+
+def test_a_file_growing_while_it_is_copied_stays_within_the_limits(
+    api, conversation, carol, settings, monkeypatch
+):
+    """The listing's size is not trusted: a file that grew past PAW_MAX_UPLOAD_BYTES, or
+    past what is left of the total, after it was listed is copied no further than the
+    limit and left out (named in files_left_out), nothing of it in the snapshot."""
+    folder = workspace_path(conversation.id)
+    settings.PAW_MAX_UPLOAD_BYTES = 1000
+    monkeypatch.setattr(services, "SHARE_MAX_FILES_BYTES", 1500)
+    (folder / "a-grown.txt").write_text("x" * 5000)  # past the file limit
+    (folder / "b-fits.txt").write_text("y" * 900)
+    (folder / "c-grown.txt").write_text("z" * 999)  # within it, past the total's rest
+    listed = services.workspace_files
+
+    def as_listed_before(conversation_id):
+        """The sizes as they were listed, before the files grew."""
+        return [
+            dataclasses.replace(entry, size=10) if "grown" in entry.path else entry
+            for entry in listed(conversation_id)
+        ]
+
+    monkeypatch.setattr(services, "workspace_files", as_listed_before)
+    (folder / "chart.png").write_bytes(PNG)  # len(PNG) + 900 + CSV: below the total
+    made = share(api, conversation, audience="signed_in").json()
+    left_out = {entry["path"]: entry["reason"] for entry in made["files_left_out"]}
+    assert left_out == {
+        "a-grown.txt": "larger than PAW_MAX_UPLOAD_BYTES",
+        "c-grown.txt": "past 0 MiB of files in all",
+    }
+    shared = {f["path"] for f in carol.get(f"/api/shares/{made['id']}").json()["files"]}
+    assert shared == {"b-fits.txt", "chart.png", "tips.csv"}
+    snapshot = share_root(made["id"]) / "1"
+    assert not (snapshot / "a-grown.txt").exists() and not (snapshot / "c-grown.txt").exists()
+    assert sum(p.stat().st_size for p in snapshot.rglob("*") if p.is_file()) <= 1500
+
+
+def test_forks_are_bounded_per_day_too(api, conversation, carol, settings):
+    """Each fork copies up to 256 MiB of files: past PAW_THROTTLE_FORKS (20 a day by
+    default), within the per-minute rate, a fork is 429; viewing is not counted."""
+    assert settings.PAW_THROTTLE_FORKS == "20/day"
+    made = share(api, conversation, audience="signed_in").json()
+    settings.PAW_THROTTLE_FORKS = "2/day"
+    assert carol.post(f"/api/shares/{made['id']}/fork").status_code == 201
+    assert carol.post(f"/api/shares/{made['id']}/fork").status_code == 201
+    refused = carol.post(f"/api/shares/{made['id']}/fork")
+    assert refused.status_code == 429 and refused.json()["code"] == "throttled"
+    assert int(refused["Retry-After"]) > 60  # the day's window, not a minute's
+    assert carol.get(f"/api/shares/{made['id']}").status_code == 200
+    assert Conversation.objects.filter(user__username="carol").count() == 2
+
+
+def _xlsx_with(text: str) -> bytes:
+    """A small xlsx-like zip whose shared strings (deflated) hold ``text``."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("[Content_Types].xml", "<Types/>")
+        archive.writestr("xl/sharedStrings.xml", f"<sst><si><t>{text}</t></si></sst>" * 50)
+    return buffer.getvalue()
+
+
+def test_a_compressed_or_utf16_file_holding_a_secret_is_left_out(api, conversation, carol):
+    """The owner's secret in an xlsx cell, in a gzip, in a zip, in UTF-16 text (either
+    byte order): each file is left out, as a binary file holding it is; the same files
+    without it are shared."""
+    token = f"tok-{uuid.uuid4().hex}"
+    secret_set(name="MY_TOKEN", value=token, user=conversation.user)
+    folder = workspace_path(conversation.id)
+    (folder / "book.xlsx").write_bytes(_xlsx_with(f"key {token}"))
+    (folder / "env.txt.gz").write_bytes(gzip.compress(f"MY_TOKEN={token}\n".encode()))
+    (folder / "le.txt").write_bytes(f"MY_TOKEN={token}\n".encode("utf-16"))
+    (folder / "be.txt").write_bytes(f"MY_TOKEN={token}\n".encode("utf-16-be"))
+    (folder / "clean.xlsx").write_bytes(_xlsx_with("no secret here"))
+    (folder / "clean.gz").write_bytes(gzip.compress(b"nothing to hide\n"))
+    (folder / "clean16.txt").write_bytes("nothing to hide\n".encode("utf-16"))
+    assert token.encode() not in (folder / "book.xlsx").read_bytes()  # deflated away
+    made = share(api, conversation, audience="signed_in").json()
+    left_out = {entry["path"]: entry["reason"] for entry in made["files_left_out"]}
+    assert left_out == dict.fromkeys(
+        ("be.txt", "book.xlsx", "env.txt.gz", "le.txt"), "holds a secret"
+    )
+    url = f"/api/shares/{made['id']}"
+    shared = {f["path"] for f in carol.get(url).json()["files"]}
+    assert {"clean.xlsx", "clean.gz", "clean16.txt"} <= shared
+    assert not shared & set(left_out)
+    for path in left_out:
+        assert carol.get(f"{url}/files/{path}").status_code == 404
+
+
+def test_a_zip_bomb_costs_no_more_than_the_inflation_bound(api, conversation, monkeypatch):
+    """A zip (or gzip) inflating past SCAN_MAX_INFLATED_BYTES is left out unchecked: its
+    members are inflated no further than the bound, in all."""
+    monkeypatch.setattr(services, "SCAN_MAX_INFLATED_BYTES", 1024 * 1024)
+    token = f"tok-{uuid.uuid4().hex}"
+    secret_set(name="MY_TOKEN", value=token, user=conversation.user)
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for number in range(3):  # each under the bound, together past it
+            archive.writestr(f"part{number}.txt", b"\0" * (512 * 1024))
+        archive.writestr("last.txt", token)  # past the bound: never reached
+    folder = workspace_path(conversation.id)
+    (folder / "bomb.zip").write_bytes(buffer.getvalue())
+    (folder / "bomb.gz").write_bytes(gzip.compress(b"\0" * (2 * 1024 * 1024) + token.encode()))
+    inflated = []
+    read = services._Inflated.read
+
+    def counted(self, stream):
+        for chunk in read(self, stream):
+            inflated.append(len(chunk))
+            yield chunk
+
+    monkeypatch.setattr(services._Inflated, "read", counted)
+    made = share(api, conversation, audience="signed_in").json()
+    left_out = {entry["path"]: entry["reason"] for entry in made["files_left_out"]}
+    assert set(left_out) == {"bomb.zip", "bomb.gz"}
+    assert all("not checked for secrets" in reason for reason in left_out.values())
+    assert sum(inflated) <= 2 * (1024 * 1024 + services.COPY_BYTES)  # two files' bounds
