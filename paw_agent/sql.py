@@ -59,8 +59,10 @@ class SqlError(Exception):
     message is written for the model. ``code`` says which, for the host's audit
     (``notify tool`` ``sql_run``): ``connect_failed`` (no URL or file, a malformed URL,
     the connection refused), ``session_mismatch`` (a session that does not lex as the
-    parser, nothing run), ``timeout`` (the statement ran out of time) or
-    ``database_error`` (the database refused the statement)."""
+    parser, nothing run), ``timeout`` (the statement ran out of time),
+    ``interrupted`` (the run was stopped while the statement ran: a cancel cancels the
+    query, which the database reports as it reports a timeout) or ``database_error``
+    (the database refused the statement)."""
 
     def __init__(self, message: str, *, code: str = "database_error") -> None:
         super().__init__(message)
@@ -352,7 +354,7 @@ def _run_sqlite(
                 connection.commit()
             return QueryResult(columns, rows, count, counted_all)
         except sqlite3.Error as exc:
-            code = "timeout" if timer.fired else "database_error"
+            code = _failure_code(control, timed_out=timer.fired)
             raise SqlError(f"SQLite error: {exc}", code=code) from exc
         finally:
             connection.close()
@@ -434,7 +436,7 @@ def _run_postgres(
             timed_out = isinstance(exc, psycopg.errors.QueryCanceled)
             raise SqlError(
                 f"PostgreSQL error: {str(exc).strip()}",
-                code="timeout" if timed_out else "database_error",
+                code=_failure_code(control, timed_out=timed_out),
             ) from exc
         finally:
             connection.close()
@@ -535,11 +537,14 @@ def _run_mysql(
                     connection.commit()
             return QueryResult(columns, rows, count, counted_all)
         except pymysql.MySQLError as exc:
-            if killed.is_set() and timer.fired:
+            if killed.is_set() and timer.fired and not control.stopped:
                 raise SqlError(
                     f"MySQL error: the statement ran longer than {timeout:g} s", code="timeout"
                 ) from exc
-            raise SqlError(f"MySQL error: {exc.args[-1] if exc.args else exc}") from exc
+            raise SqlError(
+                f"MySQL error: {exc.args[-1] if exc.args else exc}",
+                code=_failure_code(control, timed_out=False),
+            ) from exc
         finally:
             # Closing the socket, not the cursor: an unbuffered cursor would read every row
             # it left behind first. The server rolls an unfinished transaction back.
@@ -551,6 +556,15 @@ def _run_mysql(
         return control.call(work, on_stop=kill)
     finally:
         timer.cancel()
+
+
+def _failure_code(control: RunControl, *, timed_out: bool) -> str:
+    """The :class:`SqlError` code of a statement the database broke off: ``interrupted``
+    when the run was stopped meanwhile (its stop hook cancelled the query), else
+    ``timeout`` when the statement's own limit fired, else ``database_error``."""
+    if control.stopped:
+        return "interrupted"
+    return "timeout" if timed_out else "database_error"
 
 
 class _Timer:
