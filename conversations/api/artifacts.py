@@ -11,7 +11,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from conversations.api.downloads import download_response
+from conversations.api.downloads import DownloadQuery, download_response
 from conversations.selectors.artifacts import artifact_list, artifact_open
 from paw_project.api import PawPagination, error_responses, paginated_response
 
@@ -44,12 +44,7 @@ class ArtifactListApi(APIView):
 
 
 class ArtifactDownloadApi(APIView):
-    class QuerySerializer(serializers.Serializer):
-        inline = serializers.BooleanField(
-            required=False,
-            default=False,
-            help_text="Show in the browser; honoured for png, jpeg, gif and webp only.",
-        )
+    QuerySerializer = DownloadQuery
 
     @extend_schema(
         operation_id="artifacts_download",

@@ -6,9 +6,20 @@ from urllib.parse import quote
 
 from django.core.handlers.asgi import ASGIRequest
 from django.http import FileResponse, HttpRequest, StreamingHttpResponse
+from rest_framework import serializers
 
 from conversations.selectors.artifacts import INLINE_CONTENT_TYPES, OpenArtifact
 from paw_project.streaming import file_chunks
+
+
+class DownloadQuery(serializers.Serializer):
+    """The query of a file download (a workspace's artifact, a share's copy): ``inline``."""
+
+    inline = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="Show in the browser; honoured for png, jpeg, gif and webp only.",
+    )
 
 
 def content_disposition(disposition: str, name: str) -> str:

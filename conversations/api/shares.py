@@ -18,7 +18,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from conversations.api.conversations import ConversationOutput
-from conversations.api.downloads import download_response
+from conversations.api.downloads import DownloadQuery, download_response
 from conversations.api.events import EventListApi, EventPageOutput
 from conversations.api.runs import RunOutput
 from conversations.models import Approval, Run, Share
@@ -420,12 +420,7 @@ class ShareEventListApi(APIView):
 
 
 class ShareFileApi(APIView):
-    class QuerySerializer(serializers.Serializer):
-        inline = serializers.BooleanField(
-            required=False,
-            default=False,
-            help_text="Show in the browser; honoured for png, jpeg, gif and webp only.",
-        )
+    QuerySerializer = DownloadQuery
 
     @extend_schema(
         operation_id="shares_files_download",
