@@ -364,6 +364,12 @@ class KnowledgeEntry(models.Model):
 
 
 PROVIDER_NAME_PATTERN = r"^[a-z][a-z0-9_-]{0,63}$"
+#: The rule of a provider's name, for a custom provider's and a provider access rule's.
+PROVIDER_NAME_VALIDATOR = RegexValidator(
+    PROVIDER_NAME_PATTERN,
+    "A provider name is a lower-case letter, then lower-case letters, digits, '-' or '_'.",
+    code="invalid_name",
+)
 
 
 class CustomProvider(models.Model):
@@ -380,14 +386,7 @@ class CustomProvider(models.Model):
     name = models.CharField(
         max_length=64,
         unique=True,
-        validators=[
-            RegexValidator(
-                PROVIDER_NAME_PATTERN,
-                "A provider name is a lower-case letter, then lower-case letters, digits, "
-                "'-' or '_'.",
-                code="invalid_name",
-            )
-        ],
+        validators=[PROVIDER_NAME_VALIDATOR],
     )
     label = models.CharField(max_length=200, blank=True, default="")
     base_url = models.URLField(
@@ -465,14 +464,7 @@ class ProviderAccess(AccessRuled):
     provider = models.CharField(
         max_length=64,
         unique=True,
-        validators=[
-            RegexValidator(
-                PROVIDER_NAME_PATTERN,
-                "A provider name is a lower-case letter, then lower-case letters, digits, "
-                "'-' or '_'.",
-                code="invalid_name",
-            )
-        ],
+        validators=[PROVIDER_NAME_VALIDATOR],
         help_text="The provider's name: openai, anthropic, gemini, mistral, default (the "
         "server's PAW_LLM_*), demo, or a custom provider's name.",
     )
