@@ -526,7 +526,15 @@ def main() -> None:
     encode = None if args.no_baseline else local_encoder()
     if encode is not None:
         with override_embeddings():
+            from secrets_vault.embeddings import LocalEmbedder
+            from secrets_vault.services.knowledge import knowledge_embed_missing
+
             KnowledgeEntry.objects.update(vector=None, vector_model="")
+            started = time.perf_counter()
+            all_ids = list(Datasource.objects.filter(slug__startswith="bird-").values_list("pk", flat=True))
+            while knowledge_embed_missing(datasource_ids=all_ids, embedder=LocalEmbedder()):
+                pass
+            print(f"embedded {KnowledgeEntry.objects.count()} entries in {time.perf_counter() - started:.1f} s")
             measure("PAW hybrid")
         for label in ("sqlite", "postgresql", "large"):
             pools: dict[str, Baseline] = {}
