@@ -368,13 +368,14 @@ class IndexSource:
 
 @dataclass(frozen=True)
 class RunKnowledge:
-    """What a run on datasources is given: ``entries`` (``[{"datasource", "kind",
-    "title", "text", "sql"}]``, most relevant first, within the token budget), the
+    """What a run on datasources is given: ``entries`` (``[{"id", "datasource", "kind",
+    "title", "text", "sql"}]``, most relevant first, within the token budget; ``id`` is
+    the ``KnowledgeEntry``'s, for the run's lineage), the
     ``sources`` to make index files of for its ``search_knowledge`` tool
     (:func:`knowledge_index_write`), and the ``vector_model`` of their vectors ("" when
     embeddings are off)."""
 
-    entries: list[dict[str, str]] = field(default_factory=list)
+    entries: list[dict[str, Any]] = field(default_factory=list)
     sources: list[IndexSource] = field(default_factory=list)
     vector_model: str = ""
 
@@ -442,9 +443,9 @@ def knowledge_for_run(
             "text": entry.text,
             "sql": entry.sql,
         }
-        cost = tokens_of(json.dumps(item, ensure_ascii=False))
+        cost = tokens_of(json.dumps(item, ensure_ascii=False))  # what the model reads
         if cost <= budget:
-            entries.append(item)
+            entries.append({"id": entry.pk, **item})
             budget -= cost
     # Read after the embedding above: storing vectors bumped the versions.
     versions = (
