@@ -356,7 +356,7 @@ def _write_markdown(conversation: Conversation, out: IO[bytes], _: EventForm) ->
             if turn.answer:
                 emit("**Answer**\n\n" + turn.answer)
             if based_on := lineage_summary(turn.lineage):
-                emit(f"*{based_on}*")
+                emit(based_on)
             if turn.cancelled:
                 emit("*Cancelled.*")
             for error in turn.errors:
@@ -547,7 +547,7 @@ def _write_notebook(conversation: Conversation, out: IO[bytes], _: EventForm) ->
             else:
                 write(_markdown_cell(_tool_note(step)))
         closing = [turn.answer] if turn.answer else []
-        closing += [f"*{based_on}*"] if (based_on := lineage_summary(turn.lineage)) else []
+        closing += [based_on] if (based_on := lineage_summary(turn.lineage)) else []
         closing += ["*Cancelled.*"] if turn.cancelled else []
         closing += [f"*Error: {error}*" for error in turn.errors]
         if closing:
