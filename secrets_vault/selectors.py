@@ -16,6 +16,7 @@ import numpy as np
 from django.conf import settings
 from django.db import connection
 from django.db.models import Q, QuerySet
+from django.db.models.functions import Lower
 
 from secrets_vault.fields import UNDECRYPTABLE
 from secrets_vault.models import (
@@ -538,22 +539,30 @@ def knowledge_entries_named(
     }
 
 
-def knowledge_schema_columns(*, datasource_slug: str) -> dict[str, list[str]]:
-    """The tables of the datasource's harvested schema (its ``schema`` entries' titles,
-    as SQL names them) and their column names, read from each entry's column lines
-    (``- name type …``: ``introspection.Table.entry_text``)."""
-    tables: dict[str, list[str]] = {}
-    rows = KnowledgeEntry.objects.filter(
-        datasource__slug=datasource_slug, kind=KnowledgeEntry.Kind.SCHEMA
-    ).values_list("title", "text")
+def knowledge_schema_columns(*, datasource_slug: str, tables: list[str]) -> dict[str, list[str]]:
+    """Of the datasource's harvested schema, the ``tables`` named (titles as SQL names
+    them, matched ignoring case) and their column names, read from each entry's column
+    lines (``- name type …``: ``introspection.Table.entry_text``)."""
+    wanted = {name.lower() for name in tables}
+    if not wanted:
+        return {}
+    columns: dict[str, list[str]] = {}
+    rows = (
+        KnowledgeEntry.objects.filter(
+            datasource__slug=datasource_slug, kind=KnowledgeEntry.Kind.SCHEMA
+        )
+        .annotate(lowered=Lower("title"))
+        .filter(lowered__in=wanted)
+        .values_list("title", "text")
+    )
     for title, text in rows:
-        lines = text.split("\nColumns:\n", 1)[-1].splitlines() if "\nColumns:\n" in text else []
-        tables[title] = [
+        lines = text.split("\nColumns:\n", 1)[1].splitlines() if "\nColumns:\n" in text else []
+        columns[title] = [
             line[2:].split(" ", 1)[0]
             for line in lines
             if line.startswith("- ") and not line.startswith("- … ")
         ]
-    return tables
+    return columns
 
 
 def knowledge_unembedded(

@@ -138,12 +138,19 @@ def _read_names(run_id: UUID, slugs: list[str]) -> tuple[list[str], list[str]]:
     dialects = dict(
         datasource_list(enabled_only=False).filter(slug__in=used).values_list("slug", "dialect")
     )
-    schemas = {slug: knowledge_schema_columns(datasource_slug=slug) for slug in used}
+    statements = [(slug, sql) for slug, sql in statements if slug in dialects]
+    # The tables first (no schema needed), then the schema of those only, to place the
+    # columns: a run on a datasource of thousands of tables reads a few entries.
+    named: dict[str, set[str]] = {slug: set() for slug in used}
+    for slug, sql in statements:
+        named[slug].update(statement_references(sql, dialect=dialects[slug]).tables)
+    schemas = {
+        slug: knowledge_schema_columns(datasource_slug=slug, tables=sorted(named[slug]))
+        for slug in used
+    }
     tables: set[str] = set()
     columns: set[str] = set()
     for slug, sql in statements:
-        if slug not in dialects:
-            continue
         found = statement_references(sql, dialect=dialects[slug], schema=schemas[slug])
         tables.update(found.tables)
         columns.update(found.columns)

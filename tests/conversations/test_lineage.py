@@ -15,7 +15,7 @@ import pytest
 
 from conversations.models import Run
 from conversations.selectors.lineage import lineage_summary
-from conversations.services.runs import run_cancel, run_start
+from conversations.services.runs import error_entry, run_finish, run_start
 from conversations.services.workspaces import workspace_ensure
 from secrets_vault.models import KnowledgeEntry
 from secrets_vault.services.knowledge import datasource_schema_refresh, knowledge_entry_create
@@ -212,32 +212,25 @@ def test_entries_a_runtime_names_that_are_not_of_the_runs_datasources_are_ignore
     }
 
 
-@pytest.fixture
-def a_provider(settings):
-    """A default model provider for runs that never reach a worker."""
-    settings.PAW_LLM_BASE_URL = "http://127.0.0.1:9/v1"
-    settings.PAW_LLM_API_KEY = SCRIPTED_API_KEY
-    settings.PAW_LLM_MODEL = "scripted-model"
-
-
-def test_a_run_on_a_datasource_that_never_ran_has_a_lineage_of_its_datasource_only(
-    shop, a_provider
-):
+def finished_without_a_worker(datasources: list[str]) -> Run:
+    """A run of a new conversation that ends without ever reaching a runtime (as a run
+    whose sandbox failed to start does), read back."""
     conversation = ConversationFactory()
-    run = run_start(
-        user=conversation.user, conversation_id=conversation.id, prompt="hi", datasources=["shop"]
+    run = Run.objects.create(
+        conversation=conversation, user=conversation.user, prompt="hi", datasources=datasources
     )
-    run_cancel(user=conversation.user, conversation_id=conversation.id, run_id=run.id)
-    assert Run.objects.get(id=run.id).result == {
+    run_finish(run_id=run.id, status=Run.Status.ERROR, errors=[error_entry("sandbox_start", "no")])
+    return Run.objects.get(id=run.id)
+
+
+def test_a_run_on_a_datasource_that_never_ran_has_a_lineage_of_its_datasource_only(shop):
+    assert finished_without_a_worker(["shop"]).result == {
         "lineage": {"datasources": ["shop"], "entries": [], "tables": [], "columns": []}
     }
 
 
-def test_a_run_on_no_datasource_has_no_lineage(a_provider):
-    conversation = ConversationFactory()
-    run = run_start(user=conversation.user, conversation_id=conversation.id, prompt="hi")
-    run_cancel(user=conversation.user, conversation_id=conversation.id, run_id=run.id)
-    assert Run.objects.get(id=run.id).result is None
+def test_a_run_on_no_datasource_has_no_lineage():
+    assert finished_without_a_worker([]).result is None
 
 
 def test_the_summary_names_the_tables_then_the_docs_and_examples():
