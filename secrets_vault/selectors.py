@@ -10,12 +10,13 @@ import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from django.conf import settings
 from django.db import connection
 from django.db.models import Q, QuerySet
+from django.db.models.functions import Lower
 
 from secrets_vault.fields import UNDECRYPTABLE
 from secrets_vault.models import (
@@ -518,6 +519,50 @@ def knowledge_list(*, datasource: Datasource, kind: str | None = None) -> QueryS
 def knowledge_get(*, datasource: Datasource, entry_id: int) -> KnowledgeEntry | None:
     """One entry of the datasource, or None."""
     return knowledge_list(datasource=datasource).filter(pk=entry_id).first()
+
+
+def knowledge_entries_named(
+    *, entry_ids: list[int], datasource_slugs: list[str]
+) -> dict[int, dict[str, Any]]:
+    """The entries among ``entry_ids`` that belong to one of the datasources
+    ``datasource_slugs``, by id: ``{"id", "kind", "title", "datasource"}`` each, from
+    PAW's own rows (an id of another datasource, or of no entry, is left out)."""
+    ids = [i for i in entry_ids if isinstance(i, int) and not isinstance(i, bool)]
+    if not ids or not datasource_slugs:
+        return {}
+    rows = KnowledgeEntry.objects.filter(
+        pk__in=ids, datasource__slug__in=datasource_slugs
+    ).values_list("pk", "kind", "title", "datasource__slug")
+    return {
+        pk: {"id": pk, "kind": kind, "title": title, "datasource": slug}
+        for pk, kind, title, slug in rows
+    }
+
+
+def knowledge_schema_columns(*, datasource_slug: str, tables: list[str]) -> dict[str, list[str]]:
+    """Of the datasource's harvested schema, the ``tables`` named (titles as SQL names
+    them, matched ignoring case) and their column names, read from each entry's column
+    lines (``- name type …``: ``introspection.Table.entry_text``)."""
+    wanted = {name.lower() for name in tables}
+    if not wanted:
+        return {}
+    columns: dict[str, list[str]] = {}
+    rows = (
+        KnowledgeEntry.objects.filter(
+            datasource__slug=datasource_slug, kind=KnowledgeEntry.Kind.SCHEMA
+        )
+        .annotate(lowered=Lower("title"))
+        .filter(lowered__in=wanted)
+        .values_list("title", "text")
+    )
+    for title, text in rows:
+        lines = text.split("\nColumns:\n", 1)[1].splitlines() if "\nColumns:\n" in text else []
+        columns[title] = [
+            line[2:].split(" ", 1)[0]
+            for line in lines
+            if line.startswith("- ") and not line.startswith("- … ")
+        ]
+    return columns
 
 
 def knowledge_unembedded(

@@ -374,13 +374,14 @@ class IndexSource:
 
 @dataclass(frozen=True)
 class RunKnowledge:
-    """What a run on datasources is given: ``entries`` (``[{"datasource", "kind",
-    "title", "text", "sql"}]``, most relevant first, within the token budget), the
+    """What a run on datasources is given: ``entries`` (``[{"id", "datasource", "kind",
+    "title", "text", "sql"}]``, most relevant first, within the token budget; ``id`` is
+    the ``KnowledgeEntry``'s, for the run's lineage), the
     ``sources`` to make index files of for its ``search_knowledge`` tool
     (:func:`knowledge_index_write`), and the ``vector_model`` of their vectors ("" when
     embeddings are off)."""
 
-    entries: list[dict[str, str]] = field(default_factory=list)
+    entries: list[dict[str, Any]] = field(default_factory=list)
     sources: list[IndexSource] = field(default_factory=list)
     vector_model: str = ""
 
@@ -421,6 +422,7 @@ def knowledge_for_run(
         except EmbeddingError as error:
             logger.warning("knowledge retrieval without vectors: %s", error)
     vector_model = embedder.model if embedder is not None else ""
+
     def item_of(entry: KnowledgeEntry) -> dict[str, str]:
         return {
             "datasource": slugs[entry.datasource_id],
@@ -431,7 +433,7 @@ def knowledge_for_run(
         }
 
     def cost(entry: KnowledgeEntry) -> int:
-        return tokens_of(json.dumps(item_of(entry), ensure_ascii=False))
+        return tokens_of(json.dumps(item_of(entry), ensure_ascii=False))  # what the model reads
 
     budget = settings.PAW_KNOWLEDGE_CONTEXT_TOKENS
     chosen = context_select(
@@ -454,7 +456,7 @@ def knowledge_for_run(
             if cost(entry) <= budget:
                 chosen.append(entry)
                 budget -= cost(entry)
-    entries = [item_of(entry) for entry in chosen]
+    entries = [{"id": entry.pk, **item_of(entry)} for entry in chosen]
     # Read after the embedding above: storing vectors bumped the versions.
     versions = (
         Datasource.objects.filter(pk__in=ids)
