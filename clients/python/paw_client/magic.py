@@ -347,8 +347,12 @@ def _is_frame(value: Any) -> bool:
 def describe_frame(frame: Any, *, rows: int = FRAME_ROWS) -> str:
     """A DataFrame as the agent sees an uploaded table (paw-agent's preview):
     ``N rows x M columns``, the columns with their dtypes, and the first ``rows`` rows
-    (at most :data:`FRAME_COLUMNS` columns, cells cut at 50 characters)."""
-    columns = ", ".join(f"{name} ({dtype})" for name, dtype in frame.dtypes.items())
+    (of at most :data:`FRAME_COLUMNS` columns, the others elided; cells cut at 50
+    characters)."""
+    dtypes = list(frame.dtypes.items())
+    columns = ", ".join(f"{name} ({dtype})" for name, dtype in dtypes[:FRAME_COLUMNS])
+    if len(dtypes) > FRAME_COLUMNS:
+        columns += f", … {len(dtypes) - FRAME_COLUMNS} more"
     table = frame.head(rows).to_string(max_cols=FRAME_COLUMNS, max_colwidth=50)
     return (
         f"{len(frame)} rows x {len(frame.columns)} columns\ncolumns: {columns}\n\n"
@@ -358,9 +362,10 @@ def describe_frame(frame: Any, *, rows: int = FRAME_ROWS) -> str:
 
 def render_value(name: str, value: Any) -> str | None:
     """What ``{name}`` becomes in a prompt: a DataFrame as :func:`describe_frame` in a
-    fenced block, a ``str`` as it is, anything else as a bounded ``repr`` (fenced when it
-    has several lines); each cut at :data:`VALUE_MAX_CHARS` characters. None when the
-    value cannot be shown (its ``repr`` raised)."""
+    fenced block, a ``str`` as it is, anything else as a bounded ``repr`` (``reprlib``:
+    50 items of a container, 4 levels deep; an object whose ``repr`` raises is
+    ``<Type instance at 0x…>``), fenced when it has several lines; each cut at
+    :data:`VALUE_MAX_CHARS` characters. None when it cannot be shown at all."""
     if _is_frame(value):
         try:
             text = describe_frame(value)
@@ -371,7 +376,7 @@ def render_value(name: str, value: Any) -> str | None:
         return _cut(value, VALUE_MAX_CHARS)
     try:
         text = _cut(_REPR.repr(value), VALUE_MAX_CHARS)
-    except Exception:  # the object's own __repr__ failed: left as written
+    except Exception:  # reprlib catches a failing __repr__; anything else: as written
         return None
     return f"\n```text\n{text}\n```\n" if "\n" in text else text
 
@@ -384,9 +389,10 @@ def interpolate(prompt: str, namespace: Mapping[str, Any], *, hidden: Container[
     ``Out`` …) and no part starts with ``_``; it becomes :func:`render_value` of the
     value (attributes looked up with ``getattr``). Anything else in braces is left as
     written: literals and comprehensions (``{"a": 1}``, ``{x for x in y}``), doubled
-    braces (``{{name}}``), names of no variable, an attribute that is missing or whose
-    lookup raises, a value whose ``repr`` raises. No ``str.format``: nothing is
-    evaluated but the attribute lookups."""
+    braces (``{{name}}``), names of no variable or a keyword, an attribute that is
+    missing or whose lookup raises, conversions and format specs (``{n!r}``, ``{n:>4}``).
+    No ``str.format``: nothing is evaluated but the attribute lookups (and the
+    ``repr``)."""
 
     def fill(match: re.Match[str]) -> str:
         path = match.group(1).split(".")
@@ -505,14 +511,35 @@ def fix_prompt(failure: Failure) -> str:
     return "\n\n".join(parts)
 
 
-#: A fenced code block: Python (``python``, ``py``, ``python3``, ``ipython``) or untagged.
-_CODE_BLOCK = re.compile(r"^```[ \t]*(?:python3?|py|ipython3?)?[ \t]*\n(.*?)^```", re.M | re.S)
+#: The languages of a fenced block that can be a corrected cell ("": untagged).
+CELL_LANGUAGES = frozenset({"", "python", "python3", "py", "ipython", "ipython3"})
+
+
+def _fenced_blocks(text: str) -> list[tuple[str, str]]:
+    """The ```` ``` ```` fenced blocks of Markdown ``text`` as ``(language, code)``, in
+    order (an unclosed block runs to the end, as CommonMark has it)."""
+    blocks: list[tuple[str, str]] = []
+    language, lines = "", None
+    for line in text.splitlines():
+        stripped = line.strip()
+        if lines is None:
+            if stripped.startswith("```"):
+                language, lines = stripped[3:].strip().split(" ")[0].lower(), []
+        elif stripped.startswith("```") and not stripped.strip("`"):
+            blocks.append((language, "\n".join(lines)))
+            lines = None
+        else:
+            lines.append(line)
+    if lines is not None:
+        blocks.append((language, "\n".join(lines)))
+    return blocks
 
 
 def corrected_cell(answer: str) -> str | None:
-    """The last Python (or untagged) fenced code block of ``answer``, or None."""
-    blocks = _CODE_BLOCK.findall(answer)
-    return blocks[-1].rstrip("\n") if blocks and blocks[-1].strip() else None
+    """The last Python (or untagged) fenced code block of ``answer``
+    (:data:`CELL_LANGUAGES`), or None when it has none that holds code."""
+    cells = [code for language, code in _fenced_blocks(answer) if language in CELL_LANGUAGES]
+    return cells[-1].strip("\n") if cells and cells[-1].strip() else None
 
 
 def based_on(lineage: dict[str, Any] | None) -> str:
