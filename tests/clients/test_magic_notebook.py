@@ -107,6 +107,7 @@ def test_variables_are_interpolated_other_braces_stay_and_out_keeps_the_result(
         assert meta["lineage"] is None or not meta["lineage"].get("tables")
 
 
+FIRST = "SELECT count(*) AS orders FROM orders"
 QUERY = "SELECT day, sum(total) AS total FROM orders GROUP BY day ORDER BY day"
 
 
@@ -132,12 +133,13 @@ def test_the_answers_sql_and_lineage_are_in_the_cells_output_metadata(
                             "tool_calls": [
                                 {
                                     "name": "run_sql",
-                                    "arguments": {"datasource": "shop", "query": QUERY},
+                                    "arguments": {"datasource": "shop", "query": query},
                                 }
                             ]
-                        },
-                        {"text": "Sunday sold most."},
-                    ],
+                        }
+                        for query in (FIRST, QUERY)
+                    ]
+                    + [{"text": "Sunday sold most."}],
                 }
             ],
         }
@@ -147,7 +149,7 @@ def test_the_answers_sql_and_lineage_are_in_the_cells_output_metadata(
         "%load_ext paw_client",
         f"%paw_connect {stack.base}",
         "%%agent --datasource shop --out sales\nsales per day?",
-        "print(sales.sql == [sales.run.result['sql']], sales.answer)",
+        "print(sales.sql[-1] == sales.run.result['sql'], len(sales.sql), sales.answer)",
     )
     execute(nb, [], [], tmp_path)
     cell = nb.cells[2]
@@ -157,7 +159,7 @@ def test_the_answers_sql_and_lineage_are_in_the_cells_output_metadata(
 
     [meta] = paw_metadata(cell)
     assert meta["run"] == str(run.id) and meta["conversation"] == str(run.conversation_id)
-    assert meta["sql"] == [QUERY]
+    assert meta["sql"] == [FIRST, QUERY]  # both queries, the run's result being the last
     lineage = meta["lineage"]  # recorded by the server where it records lineage
     assert lineage == run.result.get("lineage")
     if lineage is not None:
@@ -165,9 +167,9 @@ def test_the_answers_sql_and_lineage_are_in_the_cells_output_metadata(
         assert any("orders" in table for table in lineage["tables"])
     # The same output shows it: the SQL, the run, and the cell is the run's last output.
     [shown] = [o for o in cell.outputs if "paw" in o.get("metadata", {})]
-    assert f"```sql\n{QUERY}\n```" in shown["data"]["text/markdown"]
+    assert f"```sql\n{FIRST}\n```\n\n```sql\n{QUERY}\n```" in shown["data"]["text/markdown"]
     assert f"run {run.id}" in shown["data"]["text/plain"]
-    assert texts(nb.cells[3].outputs[0]).split() == ["True", "Sunday", "sold", "most."]
+    assert texts(nb.cells[3].outputs[0]).split() == ["True", "2", "Sunday", "sold", "most."]
 
 
 FIX = "total = 10\nratio(total, 1)"
