@@ -409,9 +409,7 @@ def interpolate(prompt: str, namespace: Mapping[str, Any], *, hidden: Container[
             except Exception:  # a missing attribute, or a property that raised
                 return match.group(0)
         text = render_value(match.group(1), value)
-        if text is None:
-            return match.group(0)
-        return text
+        return match.group(0) if text is None else text
 
     return _PLACEHOLDER.sub(fill, prompt)
 
@@ -467,6 +465,10 @@ def last_failure(shell: Any) -> Failure | None:
     formatted = traceback.TracebackException.from_exception(exception)
     frames = list(formatted.stack)
     filenames = [frame.filename for frame in frames]
+    chained, seen = formatted.__cause__ or formatted.__context__, 0
+    while chained is not None and seen < 50:  # the exceptions it was raised from or during
+        filenames += [frame.filename for frame in chained.stack]
+        chained, seen = chained.__cause__ or chained.__context__, seen + 1
     if isinstance(exception, SyntaxError) and exception.filename:
         filenames.insert(0, exception.filename)
     names: dict[str, int | None] = {}
