@@ -30,6 +30,19 @@ def notebook(*cells: str | tuple[str, list[str]]) -> nbformat.NotebookNode:
     return nbformat.v4.new_notebook(cells=made)
 
 
+def connected(stack, person, monkeypatch, *cells) -> nbformat.NotebookNode:
+    """A notebook that loads the magic and connects to ``stack`` as ``person`` (its token
+    in ``PAW_TOKEN``), then ``cells``."""
+    monkeypatch.setenv("PAW_TOKEN", person.token)
+    return notebook("%load_ext paw_client", f"%paw_connect {stack.base}", *cells)
+
+
+def scripted(model, script: dict) -> None:
+    """Load ``script`` into the scripted model, with an empty request log."""
+    model.load(script)
+    model.clear_log()
+
+
 def paw_metadata(cell) -> list[dict]:
     """The ``paw`` metadata of the cell's outputs (one per answered run)."""
     return [o.metadata["paw"] for o in cell.outputs if "paw" in o.get("metadata", {})]
@@ -55,12 +68,11 @@ ASK = (
 def test_variables_are_interpolated_other_braces_stay_and_out_keeps_the_result(
     stack, person, scripted_model, tmp_path, monkeypatch
 ):
-    scripted_model.load(ECHO)
-    scripted_model.clear_log()
-    monkeypatch.setenv("PAW_TOKEN", person.token)
-    nb = notebook(
-        "%load_ext paw_client",
-        f"%paw_connect {stack.base}",
+    scripted(scripted_model, ECHO)
+    nb = connected(
+        stack,
+        person,
+        monkeypatch,
         "import pandas as pd\n" + FRAME + "\nlimit = 3\n_private = 'secret'",
         f"%%agent --out first\n{ASK}",
         "print(first is _, type(first).__name__, first.answer.startswith('You said: echo'))",
@@ -121,7 +133,8 @@ def test_the_answers_sql_and_lineage_are_in_the_cells_output_metadata(
             "INSERT INTO orders (day, total) VALUES (?, ?)", [("Sat", 20.5), ("Sun", 31.0)]
         )
     datasource_made(slug="shop", name="Shop", dialect="sqlite", connection={"database": str(shop)})
-    scripted_model.load(
+    scripted(
+        scripted_model,
         {
             "api_key": SCRIPTED_API_KEY,
             "untooled": "Title",
@@ -142,12 +155,12 @@ def test_the_answers_sql_and_lineage_are_in_the_cells_output_metadata(
                     + [{"text": "Sunday sold most."}],
                 }
             ],
-        }
+        },
     )
-    monkeypatch.setenv("PAW_TOKEN", person.token)
-    nb = notebook(
-        "%load_ext paw_client",
-        f"%paw_connect {stack.base}",
+    nb = connected(
+        stack,
+        person,
+        monkeypatch,
         "%%agent --datasource shop --out sales\nsales per day?",
         "print(sales.sql[-1] == sales.run.result['sql'], len(sales.sql), sales.answer)",
     )
@@ -190,12 +203,11 @@ FIX_SCRIPT = {
 def test_agent_fix_sends_the_last_exception_and_puts_the_corrected_cell_next(
     stack, person, scripted_model, tmp_path, monkeypatch
 ):
-    scripted_model.load(FIX_SCRIPT)
-    scripted_model.clear_log()
-    monkeypatch.setenv("PAW_TOKEN", person.token)
-    nb = notebook(
-        "%load_ext paw_client",
-        f"%paw_connect {stack.base}",
+    scripted(scripted_model, FIX_SCRIPT)
+    nb = connected(
+        stack,
+        person,
+        monkeypatch,
         "%agent fix",
         "def ratio(a, b):\n    return a / b",
         ("total = 10\nratio(total, 0)", ["raises-exception"]),
