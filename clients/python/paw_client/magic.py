@@ -83,9 +83,12 @@ TRACEBACK_MAX_CHARS = 8_000
 
 
 class AgentResult:
-    """What a ``%%agent`` cell gives back: ``answer`` (str), ``artifacts``
-    (:class:`paw_client.Artifact`, what the run made), ``usage``
-    (:class:`paw_client.Usage`), ``run`` and ``conversation``."""
+    """What a ``%%agent`` cell (or ``%agent fix``) gives back: ``answer`` (str),
+    ``artifacts`` (:class:`paw_client.Artifact`, what the run made), ``usage``
+    (:class:`paw_client.Usage`), ``run``, ``conversation``, ``sql`` (list of str),
+    ``lineage`` (dict or None) and ``corrected_cell`` (``%agent fix``: str or None).
+    ``sql`` is given by the cell (the statements its events showed); the rest is read
+    from ``run``."""
 
     def __init__(
         self, run: Run, conversation: Conversation, *, sql: list[str] | None = None
