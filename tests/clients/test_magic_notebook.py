@@ -173,11 +173,10 @@ def test_the_answers_sql_and_lineage_are_in_the_cells_output_metadata(
     [meta] = paw_metadata(cell)
     assert meta["run"] == str(run.id) and meta["conversation"] == str(run.conversation_id)
     assert meta["sql"] == [FIRST, QUERY]  # both queries, the run's result being the last
-    lineage = meta["lineage"]  # recorded by the server where it records lineage
-    assert lineage == run.result.get("lineage")
-    if lineage is not None:
-        assert "shop" in lineage["datasources"]
-        assert any("orders" in table for table in lineage["tables"])
+    lineage = meta["lineage"]  # recorded by the server (conversations.services.lineage)
+    assert lineage == run.result["lineage"]
+    assert "shop" in lineage["datasources"]
+    assert any("orders" in table for table in lineage["tables"])
     # The same output shows it: the SQL, the run, and the cell is the run's last output.
     [shown] = [o for o in cell.outputs if "paw" in o.get("metadata", {})]
     assert f"```sql\n{FIRST}\n```\n\n```sql\n{QUERY}\n```" in shown["data"]["text/markdown"]
