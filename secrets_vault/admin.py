@@ -333,7 +333,11 @@ class DatasourceAdminForm(forms.ModelForm):
 @admin.register(Datasource)
 class DatasourceAdmin(PawModelAdmin):
     form = DatasourceAdminForm
-    add_form_hidden_fields = ADD_FORM_HIDDEN_FIELDS | {"env_name"}
+    add_form_hidden_fields = ADD_FORM_HIDDEN_FIELDS | {
+        "env_name",
+        "schema_changes_shown",
+        "stale_examples",
+    }
     list_display = (
         "slug",
         "name",

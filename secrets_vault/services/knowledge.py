@@ -21,6 +21,7 @@ import math
 import sqlite3
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -341,7 +342,7 @@ def knowledge_examples_recheck(
     datasource: Datasource,
     connection: dict[str, Any],
     masked: dict[str, str],
-    since: Any,
+    since: datetime,
     deadline: float,
 ) -> dict[str, int]:
     """Run the datasource's examples again, read-only, each within :data:`EXAMPLE_TIMEOUT`
@@ -353,7 +354,7 @@ def knowledge_examples_recheck(
     the current rule) becomes *stale*: ``stale_error`` holds the database's error (masked),
     ``stale_since`` when it first failed (kept while it keeps failing); one that passes is
     not stale. A result is dropped when the example's SQL changed meanwhile. Examples
-    checked at or after ``since`` (a datetime) are not run again. Bumps
+    checked at or after ``since`` are not run again. Bumps
     ``knowledge_version`` when a stale state changed.
 
     Returns ``{"checked", "stale", "unstaled", "pending"}``: examples run now, of them
