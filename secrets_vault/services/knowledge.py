@@ -51,10 +51,10 @@ logger = logging.getLogger(__name__)
 #: schema harvest.
 EXAMPLE_TIMEOUT = 10.0
 SCHEMA_TIMEOUT = 30.0
-#: Seconds a schema refresh spends running its datasource's examples again, in all (each
-#: one within :data:`EXAMPLE_TIMEOUT`): the refresh is a worker task within
-#: ``PAW_TASK_SOFT_TIME_LIMIT`` (60 s by default). Examples not reached wait for the next
-#: refresh, which takes the least recently checked first.
+#: Seconds after a schema refresh began (the harvest included) past which it starts no
+#: more re-checks of its examples (each within :data:`EXAMPLE_TIMEOUT`): the refresh is a
+#: worker task within ``PAW_TASK_SOFT_TIME_LIMIT`` (60 s by default). Examples not reached
+#: wait for the next refresh, which takes the least recently checked first.
 RECHECK_BUDGET_SECONDS = 25.0
 #: Longest title and text of an entry (characters).
 MAX_TITLE = 300
@@ -354,7 +354,8 @@ def knowledge_examples_recheck(
     the current rule) becomes *stale*: ``stale_error`` holds the database's error (masked),
     ``stale_since`` when it first failed (kept while it keeps failing); one that passes is
     not stale. A result is dropped when the example's SQL changed meanwhile. Examples
-    checked at or after ``since`` are not run again. Bumps
+    checked at or after ``since`` are not run again, nor flagged ones (``flag_reason``:
+    not a read by the current rule, never sent to the database). Bumps
     ``knowledge_version`` when a stale state changed.
 
     Returns ``{"checked", "stale", "unstaled", "pending"}``: examples run now, of them
@@ -362,7 +363,9 @@ def knowledge_examples_recheck(
     left for the next refresh.
     """
     examples = (
-        KnowledgeEntry.objects.filter(datasource=datasource, kind=KnowledgeEntry.Kind.EXAMPLE)
+        KnowledgeEntry.objects.filter(
+            datasource=datasource, kind=KnowledgeEntry.Kind.EXAMPLE, flag_reason=""
+        )
         .exclude(checked_at__gte=since)
         .order_by(F("checked_at").asc(nulls_first=True), "id")
         .values_list("id", "sql", "stale_since")

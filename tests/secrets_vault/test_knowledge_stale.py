@@ -402,3 +402,40 @@ def test_the_workers_refresh_rechecks_the_examples(make_client, celery_worker, s
     source.refresh_from_db()
     assert source.schema_changes["first_harvest"] is True
     assert source.schema_tables == {"orders": {"id": "INTEGER", "day": "TEXT", "amount": "REAL"}}
+
+
+@pytest.mark.django_db
+def test_a_stale_examples_error_has_the_secret_values_masked():
+    from secrets_vault.services import secret_set
+    from tests.secrets_vault.conftest import secret_value
+
+    password = secret_value("stalepw")
+    secret_set(name="STALE_PW", value=password)  # trust auth: any password is accepted
+    with _postgresql() as backend:
+        # A table named like the secret, so that the database's error repeats it.
+        backend.run(f'CREATE TABLE "{password}" (id int)')
+        source = datasource_made(
+            slug="stale", name="Stale", dialect="postgresql",
+            connection={**backend.connection, "password": "{secret:STALE_PW}"},
+        )  # fmt: skip
+        example = _example(source, "Named", f'SELECT id FROM "{password}"')  # noqa: S608 - a test's own name
+        backend.run(f'DROP TABLE "{password}"')
+        assert datasource_schema_refresh(datasource_id=source.pk, user=None) == 0
+        example.refresh_from_db()
+        assert example.stale_since is not None and "does not exist" in example.stale_error
+        assert password not in example.stale_error, example.stale_error
+
+
+@pytest.mark.django_db
+def test_a_flagged_example_is_not_run_again(shop_file):
+    source = datasource_made(
+        slug="shop", name="Shop", dialect="sqlite", connection={"database": str(shop_file)}
+    )
+    example = _example(source, "Total", "SELECT sum(total) FROM orders")
+    KnowledgeEntry.objects.filter(pk=example.pk).update(flag_reason="Not a read (test).")
+    _break(shop_file)
+    datasource_schema_refresh(datasource_id=source.pk, user=None)
+    source.refresh_from_db()
+    assert source.schema_changes["examples"]["checked"] == 0
+    example.refresh_from_db()
+    assert example.stale_since is None and example.checked_at is not None
