@@ -416,7 +416,8 @@ class DatasourceAdmin(PawModelAdmin):
         return datasource_stale_examples(obj) if obj.pk else "-"
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Datasource]:
-        return datasources_with_stale_examples(super().get_queryset(request))
+        # The harvested structure is the refresh's own (large for a large schema).
+        return datasources_with_stale_examples(super().get_queryset(request)).defer("schema_tables")
 
     def save_model(self, request: HttpRequest, obj: Datasource, form: Any, change: bool) -> None:
         datasource_save(datasource=obj)

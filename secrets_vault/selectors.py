@@ -92,8 +92,9 @@ def secrets_lookup(*, user: User | None, names: list[str] | set[str]) -> dict[st
 def datasource_list(*, enabled_only: bool = True) -> QuerySet[Datasource]:
     """Datasources by slug; only enabled ones unless ``enabled_only`` is False. Every
     datasource, whoever may use it: for operators; a person's are
-    :func:`datasources_for_user`."""
-    query = Datasource.objects.all()
+    :func:`datasources_for_user`. Without the harvested structure (``schema_tables``,
+    large for a large schema, read only by the schema refresh)."""
+    query = Datasource.objects.defer("schema_tables")
     return query.filter(enabled=True) if enabled_only else query
 
 

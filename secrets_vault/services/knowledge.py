@@ -281,7 +281,7 @@ def datasource_schema_refresh(*, datasource_id: int, user: User | None) -> int |
     ``schema_tables``; the first harvest (none kept) has ``first_harvest`` true and every
     table added.
     """
-    datasource = Datasource.objects.filter(pk=datasource_id).first()
+    datasource = Datasource.objects.defer("schema_tables").filter(pk=datasource_id).first()
     if datasource is None:
         return None
     started = time.monotonic()
@@ -602,7 +602,7 @@ def knowledge_index_write(*, source: IndexSource, path: Path, vector_model: str)
     neither flagged entries nor stale examples) and
     the FTS5 index ``entries_fts`` (porter stemming). Raises ``sqlite3.Error`` or
     ``OSError`` when it cannot be written."""
-    datasource = Datasource.objects.get(pk=source.datasource_id)
+    datasource = Datasource.objects.defer("schema_tables").get(pk=source.datasource_id)
     with contextlib.closing(sqlite3.connect(path)) as db:
         db.executescript(INDEX_SCHEMA)
         meta = {
