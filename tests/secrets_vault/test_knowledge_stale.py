@@ -439,3 +439,25 @@ def test_a_flagged_example_is_not_run_again(shop_file):
     assert source.schema_changes["examples"]["checked"] == 0
     example.refresh_from_db()
     assert example.stale_since is None and example.checked_at is not None
+
+
+def test_the_diff_is_computed_from_the_structure_and_shown_line_by_line():
+    from secrets_vault.introspection import Column, Table
+    from secrets_vault.schema_changes import schema_diff, schema_diff_lines, schema_structure
+
+    before = schema_structure(
+        [Table(name="a", columns=[Column("id", "int"), Column("x", "text")]), Table(name="b")]
+    )
+    assert before == {"a": {"id": "int", "x": "text"}, "b": {}}
+    first = schema_diff(None, before)
+    assert first["first_harvest"] is True and first["tables_added"] == ["a", "b"]
+    assert schema_diff_lines(first) == ["First harvest: 2 tables."]
+    after = {"a": {"id": "bigint", "y": "text"}, "c": {"id": "int"}}
+    changes = schema_diff(before, after)
+    assert schema_diff_lines(changes) == [
+        "+ table c", "- table b", "+ column a.y", "- column a.x", "~ column a.id: int → bigint",
+    ]  # fmt: skip
+    assert schema_diff(after, after) == {**_no_change()}
+    assert schema_diff_lines(schema_diff(after, after)) == []
+    many = schema_diff({"t": {}}, {"t": {f"c{i}": "int" for i in range(5)}})
+    assert schema_diff_lines(many, limit=2) == ["+ column t.c0", "+ column t.c1", "… and 3 more"]
