@@ -216,7 +216,10 @@ def context_select(
             vector_model=vector_model if vector else "",
             kinds=(kind,),
         )
-        return [hit.entry for hit in hits if not hit.entry.flag_reason]
+        # Kept from runs: flagged until an operator acts, stale until its SQL passes again.
+        return [
+            hit.entry for hit in hits if not hit.entry.flag_reason and hit.entry.stale_since is None
+        ]
 
     docs = search(prompt, KnowledgeEntry.Kind.DOC, limit=SEARCHED_DOCS)
     examples = search(prompt, KnowledgeEntry.Kind.EXAMPLE)

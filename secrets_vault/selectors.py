@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from django.conf import settings
 from django.db import connection
-from django.db.models import Q, QuerySet
-from django.db.models.functions import Lower
+from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
+from django.db.models.functions import Coalesce, Lower
 
 from secrets_vault.fields import UNDECRYPTABLE
 from secrets_vault.models import (
@@ -92,9 +92,37 @@ def secrets_lookup(*, user: User | None, names: list[str] | set[str]) -> dict[st
 def datasource_list(*, enabled_only: bool = True) -> QuerySet[Datasource]:
     """Datasources by slug; only enabled ones unless ``enabled_only`` is False. Every
     datasource, whoever may use it: for operators; a person's are
-    :func:`datasources_for_user`."""
-    query = Datasource.objects.all()
+    :func:`datasources_for_user`. Without the harvested structure (``schema_tables``,
+    large for a large schema, read only by the schema refresh)."""
+    query = Datasource.objects.defer("schema_tables")
     return query.filter(enabled=True) if enabled_only else query
+
+
+def datasources_with_stale_examples(queryset: QuerySet[Datasource]) -> QuerySet[Datasource]:
+    """``queryset`` with each datasource's count of stale examples as ``stale_examples``
+    (one subquery, no join), read by :func:`datasource_stale_examples`."""
+    stale = (
+        KnowledgeEntry.objects.filter(
+            datasource=OuterRef("pk"), kind=KnowledgeEntry.Kind.EXAMPLE, stale_since__isnull=False
+        )
+        .order_by()
+        .values("datasource")
+        .annotate(count=Count("pk"))
+        .values("count")
+    )
+    return queryset.annotate(stale_examples=Coalesce(Subquery(stale), 0))
+
+
+def datasource_stale_examples(datasource: Datasource) -> int:
+    """How many examples of ``datasource`` are stale (failed when the last schema refresh
+    ran them again): the annotation of :func:`datasources_with_stale_examples` when the
+    datasource was read with it, else counted now."""
+    annotated = getattr(datasource, "stale_examples", None)
+    if annotated is not None:
+        return int(annotated)
+    return KnowledgeEntry.objects.filter(
+        datasource=datasource, kind=KnowledgeEntry.Kind.EXAMPLE, stale_since__isnull=False
+    ).count()
 
 
 def datasources_for_user(user: User | None) -> QuerySet[Datasource]:
@@ -640,7 +668,7 @@ def knowledge_search(
 #: The columns a search reads (never the vector).
 _ENTRY_COLUMNS = (
     "e.id, e.datasource_id, e.kind, e.title, e.text, e.sql, e.vector_model, e.flag_reason, "
-    "e.created_at, e.updated_at"
+    "e.stale_since, e.created_at, e.updated_at"
 )
 
 
