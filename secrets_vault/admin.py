@@ -263,6 +263,7 @@ class DatasourceAdminForm(forms.ModelForm):
         fields = (
             "slug", "name", "description", "dialect", "connection", "read_only",
             "allow_privileged_user", "enabled", "access", "teams", "allowed_hosts",
+            "sample_values", "sensitive_columns",
         )  # fmt: skip
 
     def _post_clean(self) -> None:
@@ -288,7 +289,7 @@ class DatasourceAdminForm(forms.ModelForm):
 @admin.register(Datasource)
 class DatasourceAdmin(PawModelAdmin):
     form = DatasourceAdminForm
-    add_form_hidden_fields = ADD_FORM_HIDDEN_FIELDS | {"env_name"}
+    add_form_hidden_fields = ADD_FORM_HIDDEN_FIELDS | {"env_name", "schema_progress"}
     list_display = (
         "slug",
         "name",
@@ -297,6 +298,7 @@ class DatasourceAdmin(PawModelAdmin):
         "enabled",
         "access",
         "schema_refreshed_at",
+        "schema_progress",
         "updated_at",
     )
     list_filter = ("dialect", "enabled", "read_only", "access")
@@ -307,6 +309,7 @@ class DatasourceAdmin(PawModelAdmin):
         "privileges",
         "schema_requested_at",
         "schema_refreshed_at",
+        "schema_progress",
         "schema_error",
         "created_at",
         "updated_at",
@@ -323,6 +326,8 @@ class DatasourceAdmin(PawModelAdmin):
         "access",
         "teams",
         "allowed_hosts",
+        "sample_values",
+        "sensitive_columns",
         *readonly_fields,
     )
     inlines = (DatasourceCredentialInline, KnowledgeEntryInline, SchemaEntryInline)
@@ -554,6 +559,7 @@ class TeamModelLimitInline(admin.TabularInline):
 
 
 TEAM_INLINES.extend((TeamProviderAccessInline, TeamModelLimitInline))
+
 
 class TeamDatasourceInline(admin.TabularInline):
     """On a team's page: the datasources limited to teams that list this one (those open

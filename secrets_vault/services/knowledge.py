@@ -19,12 +19,13 @@ import json
 import logging
 import math
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -32,7 +33,7 @@ from paw_project.errors import DomainError, InvalidRequest
 from secrets_vault import enqueue
 from secrets_vault.connections import ConnectionFailed, NotARead, driver_message, query_check
 from secrets_vault.embeddings import Embedder, EmbeddingError, embedder_configured
-from secrets_vault.introspection import schema_harvest
+from secrets_vault.introspection import ValueSampling, schema_harvest
 from secrets_vault.masking import mask_text
 from secrets_vault.models import Datasource, KnowledgeEntry
 from secrets_vault.selectors import datasources_for_user, knowledge_search, knowledge_unembedded
@@ -48,6 +49,8 @@ logger = logging.getLogger(__name__)
 #: schema harvest.
 EXAMPLE_TIMEOUT = 10.0
 SCHEMA_TIMEOUT = 30.0
+#: Schema entries written per INSERT of a refresh.
+SCHEMA_WRITE_BATCH = 500
 #: Longest title and text of an entry (characters).
 MAX_TITLE = 300
 MAX_TEXT = 50_000
@@ -249,7 +252,10 @@ def datasource_schema_refresh(*, datasource_id: int, user: User | None) -> int |
     schema entries with one per table, in one transaction. Returns how many, or None when
     it failed: the failure (the database's error, secret values masked) is recorded in
     ``schema_error`` and the previous entries stay. A datasource deleted meanwhile is
-    left alone (None)."""
+    left alone (None). Values of text columns are sampled when its operator allows it
+    (:func:`schema_value_sampling`); how far the harvest got is kept in
+    ``schema_progress`` as it goes; entries are written :data:`SCHEMA_WRITE_BATCH` per
+    statement."""
     datasource = Datasource.objects.filter(pk=datasource_id).first()
     if datasource is None:
         return None
@@ -257,7 +263,11 @@ def datasource_schema_refresh(*, datasource_id: int, user: User | None) -> int |
     try:
         connection, masked = datasource_resolved(datasource=datasource, user=user)
         tables = schema_harvest(
-            dialect=datasource.dialect, connection=connection, timeout=SCHEMA_TIMEOUT
+            dialect=datasource.dialect,
+            connection=connection,
+            timeout=SCHEMA_TIMEOUT,
+            values=schema_value_sampling(datasource=datasource, secret_values=masked),
+            progress=_schema_progress_recorder(datasource_id),
         )
     except DomainError as error:
         return _schema_failed(datasource, error.detail)
@@ -270,15 +280,18 @@ def datasource_schema_refresh(*, datasource_id: int, user: User | None) -> int |
             return None
         KnowledgeEntry.objects.filter(datasource=locked, kind=KnowledgeEntry.Kind.SCHEMA).delete()
         KnowledgeEntry.objects.bulk_create(
-            KnowledgeEntry(
-                datasource=locked,
-                kind=KnowledgeEntry.Kind.SCHEMA,
-                title=table.entry_title()[:MAX_TITLE],
-                text=table.entry_text()[:MAX_TEXT],
-                created_at=now,
-                updated_at=now,
-            )
-            for table in tables
+            (
+                KnowledgeEntry(
+                    datasource=locked,
+                    kind=KnowledgeEntry.Kind.SCHEMA,
+                    title=table.entry_title()[:MAX_TITLE],
+                    text=table.entry_text()[:MAX_TEXT],
+                    created_at=now,
+                    updated_at=now,
+                )
+                for table in tables
+            ),
+            batch_size=SCHEMA_WRITE_BATCH,
         )
         Datasource.objects.filter(pk=datasource_id).update(
             schema_refreshed_at=now, schema_error="", knowledge_version=F("knowledge_version") + 1
@@ -290,9 +303,39 @@ def datasource_schema_refresh(*, datasource_id: int, user: User | None) -> int |
 
 def _schema_failed(datasource: Datasource, message: str) -> None:
     text = f"Schema refresh failed: {message}"[:5000]
-    Datasource.objects.filter(pk=datasource.pk).update(schema_error=text)
+    Datasource.objects.filter(pk=datasource.pk).update(schema_error=text, schema_progress="")
     logger.info("datasource %s: schema refresh failed", datasource.slug)
     return None
+
+
+def schema_value_sampling(
+    *, datasource: Datasource, secret_values: dict[str, str]
+) -> ValueSampling | None:
+    """What the datasource's refresh samples of column values: None unless its operator
+    allows it (``sample_values``) and ``PAW_KNOWLEDGE_VALUE_SAMPLE`` is above 0; its
+    ``sensitive_columns`` are never read, and ``secret_values`` (``NAME → value``, its
+    resolved secrets) are masked in what is recorded."""
+    limit = settings.PAW_KNOWLEDGE_VALUE_SAMPLE
+    if not datasource.sample_values or limit <= 0:
+        return None
+    return ValueSampling(
+        limit=limit,
+        sensitive=tuple(datasource.sensitive_columns or ()),
+        secret_values=secret_values,
+    )
+
+
+def _schema_progress_recorder(datasource_id: int) -> Callable[[str], None]:
+    """Records a harvest's progress on the datasource (``schema_progress``), outside the
+    refresh's transaction so that it shows while the refresh runs."""
+
+    def record(text: str) -> None:
+        try:
+            Datasource.objects.filter(pk=datasource_id).update(schema_progress=text[:300])
+        except DatabaseError:  # progress is for people to read: the refresh goes on
+            logger.warning("datasource %s: schema progress not recorded", datasource_id)
+
+    return record
 
 
 # --- Vectors ---------------------------------------------------------------------------------
