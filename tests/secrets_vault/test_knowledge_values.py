@@ -16,6 +16,7 @@ import pytest
 from django.db import connection as paw_connection
 from django.test.utils import CaptureQueriesContext
 
+from secrets_vault import connections as introspection_connections
 from secrets_vault import introspection
 from secrets_vault.introspection import VALUES_MARK
 from secrets_vault.models import Datasource, KnowledgeEntry
@@ -484,3 +485,41 @@ def test_a_1000_table_postgresql_harvest_stays_within_its_bounds(
     with sqlite3.connect(tmp_path / "large.sqlite3") as db:
         assert db.execute("SELECT count(*) FROM entries").fetchone()[0] == harvested
     assert index_peak < LARGE_HARVEST_PEAK_BYTES / 4, index_peak
+
+
+def test_a_1000_table_sqlite_harvest_sends_a_few_dozen_statements(tmp_path, monkeypatch):
+    path = tmp_path / "large.sqlite3"
+    with sqlite3.connect(path) as db:
+        for i in range(LARGE_TABLES):
+            parent = f" REFERENCES t{i - 1:04}(id)" if i else ""
+            db.execute(f"CREATE TABLE t{i:04} (id INTEGER PRIMARY KEY, kind TEXT, p INT{parent})")
+            db.execute(f"INSERT INTO t{i:04} (kind) VALUES ('a'), ('b')")  # noqa: S608
+    statements: list[str] = []
+    limit = introspection_connections.sqlite_limit
+
+    def traced(conn):  # every statement the harvest's connection runs
+        conn.set_trace_callback(statements.append)
+        return limit(conn)
+
+    monkeypatch.setattr(introspection_connections, "sqlite_limit", traced)
+    said: list[str] = []
+    tables = introspection.schema_harvest(
+        dialect="sqlite",
+        connection={"database": str(path)},
+        timeout=30,
+        values=introspection.ValueSampling(limit=30),
+        progress=said.append,
+    )
+    assert len(tables) == LARGE_TABLES
+    [t0500] = [table for table in tables if table.name == "t0500"]
+    assert t0500.entry_text().endswith(
+        "- kind TEXT — values: 'a', 'b'\n- p INT, references t0499(id)"
+    )
+    # SQLite traces what its PRAGMA table functions do inside as "-- PRAGMA ..." lines.
+    sent = [s for s in statements if not s.startswith("--")]
+    # The list, its count, keys, columns; counts and values by batches.
+    assert len(sent) == 4 + LARGE_TABLES // introspection.COUNT_BATCH + (
+        LARGE_TABLES // introspection.VALUE_STATEMENT_COLUMNS
+    )
+    assert said[0] == "100 of 1,000 tables counted" and "500 of 1,000 columns sampled" in said
+    assert said[-1] == "1,000 of 1,000 tables read; values of 1,000 columns"
