@@ -766,9 +766,10 @@ def _values_timeout(conn: Any, dialect: str) -> None:
     :data:`VALUE_TIMEOUT` seconds (SQLite: :class:`_Guarded`'s ``statement_seconds``)."""
     if dialect == "postgresql":
         # Until the read-only transaction ends: sampling is the harvest's last step.
-        _execute(conn, f"SET LOCAL statement_timeout = {int(VALUE_TIMEOUT * 1000)}")
+        # (0 would mean no limit: at least a millisecond.)
+        _execute(conn, f"SET LOCAL statement_timeout = {max(1, int(VALUE_TIMEOUT * 1000))}")
     elif dialect == "mysql":
         if "mariadb" in str(_rows(conn, "SELECT VERSION()")[0][0]).lower():
-            _execute(conn, f"SET SESSION max_statement_time = {float(VALUE_TIMEOUT)}")
+            _execute(conn, f"SET SESSION max_statement_time = {max(0.001, VALUE_TIMEOUT)}")
         else:
-            _execute(conn, f"SET SESSION max_execution_time = {int(VALUE_TIMEOUT * 1000)}")
+            _execute(conn, f"SET SESSION max_execution_time = {max(1, int(VALUE_TIMEOUT * 1000))}")

@@ -523,3 +523,68 @@ def test_a_1000_table_sqlite_harvest_sends_a_few_dozen_statements(tmp_path, monk
     )
     assert said[0] == "100 of 1,000 tables counted" and "500 of 1,000 columns sampled" in said
     assert said[-1] == "1,000 of 1,000 tables read; values of 1,000 columns"
+
+
+# --- Statements past their time --------------------------------------------------------------
+
+
+def test_an_sqlite_value_statement_past_its_time_leaves_only_its_columns_without_values(
+    tmp_path, monkeypatch
+):
+    path = tmp_path / "slow.sqlite3"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE big (id INTEGER PRIMARY KEY, kind TEXT)")
+        db.executemany(
+            "INSERT INTO big (kind) VALUES (?)", [("a" if i % 2 else "b",) for i in range(50_000)]
+        )
+        db.execute("CREATE TABLE small (id INTEGER PRIMARY KEY, kind TEXT)")
+        db.execute("INSERT INTO small (kind) VALUES ('c'), ('d')")
+    # No time at all: a statement is stopped at its first progress check (every 10,000
+    # instructions), which scanning 50,000 rows reaches and two rows do not.
+    monkeypatch.setattr(introspection, "VALUE_TIMEOUT", 0.0)
+    tables = {
+        t.name: t
+        for t in introspection.schema_harvest(
+            dialect="sqlite",
+            connection={"database": str(path)},
+            timeout=30,
+            values=introspection.ValueSampling(limit=30),
+        )
+    }
+    assert tables["big"].rows == 50_000 and tables["big"].columns[1].values is None
+    assert tables["small"].columns[1].values == ("c", "d")  # tried again on its own
+
+
+@pytest.fixture
+def pg_slow():
+    with pg_datasource_connect() as conn:
+        conn.execute("DROP SCHEMA IF EXISTS paw_slow_test CASCADE")
+        conn.execute("CREATE SCHEMA paw_slow_test")
+        conn.execute("CREATE TABLE paw_slow_test.big (id int PRIMARY KEY, kind text)")
+        conn.execute(
+            "INSERT INTO paw_slow_test.big SELECT i, CASE WHEN i % 2 = 0 THEN 'a' ELSE 'b' END"
+            " FROM generate_series(1, 1000000) i"
+        )
+        conn.execute("CREATE TABLE paw_slow_test.small (id int PRIMARY KEY, kind text)")
+        conn.execute("INSERT INTO paw_slow_test.small VALUES (1, 'c'), (2, 'd')")
+        conn.execute("ANALYZE paw_slow_test.big")
+        conn.execute("ANALYZE paw_slow_test.small")
+    yield
+    with pg_datasource_connect() as conn:
+        conn.execute("DROP SCHEMA IF EXISTS paw_slow_test CASCADE")
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_a_postgresql_value_statement_past_its_time_ends_in_its_savepoint(pg_slow, monkeypatch):
+    # 20 ms: a distinct scan of a million rows takes longer, one of two rows far less.
+    monkeypatch.setattr(introspection, "VALUE_TIMEOUT", 0.02)
+    source = datasource_made(
+        slug="slow", name="Slow", dialect="postgresql", connection=pg_datasource_settings(),
+        sample_values=True,
+    )  # fmt: skip
+    assert datasource_schema_refresh(datasource_id=source.pk, user=None)
+    texts = schema_texts(source)
+    assert column_line(texts["paw_slow_test.big"], "kind") == "- kind text"
+    # The transaction went on after the timeout: the small table, tried again alone.
+    assert column_line(texts["paw_slow_test.small"], "kind").endswith("'c', 'd'")
