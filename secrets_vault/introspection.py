@@ -14,7 +14,7 @@ statement within the caller's timeout.
 Bounds, whatever the schema's size: at most :data:`MAX_TABLES` tables and
 :data:`MAX_COLUMNS` columns each are kept (memory grows with their product at most); the
 catalog is read in a few statements (PostgreSQL: one for the relations, then two per
-:data:`CATALOG_BATCH` tables; MySQL/MariaDB: three, their rows streamed; SQLite: three),
+:data:`CATALOG_BATCH` tables; MySQL/MariaDB: three, their rows streamed; SQLite: four),
 never one per table; exact counts take :data:`COUNT_BATCH` tables per statement within
 :data:`COUNT_BUDGET_SECONDS` in all; values take at most :data:`VALUE_STATEMENT_COLUMNS`
 columns per statement within :data:`VALUE_BUDGET_SECONDS` in all.

@@ -588,3 +588,34 @@ def test_a_postgresql_value_statement_past_its_time_ends_in_its_savepoint(pg_slo
     assert column_line(texts["paw_slow_test.big"], "kind") == "- kind text"
     # The transaction went on after the timeout: the small table, tried again alone.
     assert column_line(texts["paw_slow_test.small"], "kind").endswith("'c', 'd'")
+
+
+def test_a_harvest_over_max_tables_keeps_the_first_and_says_how_many_there_were(
+    tmp_path, monkeypatch
+):
+    path = tmp_path / "three.sqlite3"
+    with sqlite3.connect(path) as db:
+        for name in ("a", "b", "c"):
+            db.execute(f"CREATE TABLE {name} (id INTEGER PRIMARY KEY)")
+    monkeypatch.setattr(introspection, "MAX_TABLES", 2)
+    said: list[str] = []
+    tables = introspection.schema_harvest(
+        dialect="sqlite", connection={"database": str(path)}, timeout=30, progress=said.append
+    )
+    assert [t.name for t in tables] == ["a", "b"]
+    assert said == ["2 of 2 tables read (the first 2 of 3)"]
+
+
+def test_columns_over_max_columns_are_counted_not_kept(tmp_path, monkeypatch):
+    path = tmp_path / "wide.sqlite3"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE wide (a TEXT, b TEXT, c TEXT)")
+    monkeypatch.setattr(introspection, "MAX_COLUMNS", 2)
+    [wide] = introspection.schema_harvest(
+        dialect="sqlite", connection={"database": str(path)}, timeout=30
+    )
+    assert [c.name for c in wide.columns] == ["a", "b"] and wide.more_columns == 1
+    assert wide.entry_text() == (
+        "Table wide (3 columns, about 0 rows).\nColumns:\n- a TEXT\n- b TEXT\n"
+        "- … and 1 more columns"
+    )
