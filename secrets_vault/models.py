@@ -191,6 +191,24 @@ class Datasource(AccessRuled):
     # {"at", "first_harvest", "tables_added", ..., "examples": {...}}); {} before any.
     schema_tables = models.JSONField(default=dict, blank=True, editable=False)
     schema_changes = models.JSONField(default=dict, blank=True, editable=False)
+    # How far the refresh under way (or the last one) got: "250 of 1,204 tables read".
+    schema_progress = models.CharField(max_length=300, blank=True, default="", editable=False)
+    sample_values = models.BooleanField(
+        default=False,
+        verbose_name="Sample column values for the agent",
+        help_text="The schema refresh lists, for each text column with at most "
+        "PAW_KNOWLEDGE_VALUE_SAMPLE distinct values, those values in its schema entry, which "
+        "runs are given (\"currency text — values: 'CZK', 'EUR'\"). Never for sensitive "
+        "tables and columns.",
+    )
+    sensitive_columns = models.JSONField(
+        default=list,
+        blank=True,
+        verbose_name="Sensitive tables and columns",
+        help_text='Their values are never sampled: e.g. ["customers", "orders.note", '
+        '"*.email", "hr.*"] (table, schema.table or table.column; * for any characters; '
+        "case ignored). They keep their names and types in the schema entries.",
+    )
     # Bumped by every change of the datasource's knowledge (entries, their vectors), in the
     # same transaction: caches of its index (vectors, the sandbox index file) key on it.
     knowledge_version = models.PositiveIntegerField(default=0, editable=False)
@@ -210,10 +228,12 @@ class Datasource(AccessRuled):
 
     def clean(self) -> None:
         from secrets_vault.connections import allowed_hosts_validate, connection_validate
+        from secrets_vault.introspection import sensitive_columns_normalized
 
         if self.dialect in self.Dialect.values:
             connection_validate(dialect=self.dialect, connection=self.connection)
         allowed_hosts_validate(self.allowed_hosts)
+        self.sensitive_columns = sensitive_columns_normalized(self.sensitive_columns)
         if self.slug:
             others = Datasource.objects.exclude(pk=self.pk).only("slug")
             clash = next((o for o in others if o.env_name == self.env_name), None)

@@ -17,6 +17,7 @@ from rest_framework.views import APIView
 from paw_project.adminkit import operator_write_log
 from paw_project.api import JsonTypedSerializer, StrictSerializer, error_responses, list_output
 from paw_project.errors import InvalidRequest, NotFound
+from secrets_vault.introspection import MAX_SENSITIVE, MAX_SENSITIVE_CHARS
 from secrets_vault.models import Datasource, DatasourceCredential, Secret
 from secrets_vault.selectors import (
     datasource_credentials,
@@ -234,6 +235,19 @@ class AdminDatasourceOutput(serializers.Serializer):
         help_text="How many of its examples are stale (failed when the last refresh ran "
         "them again; not given to runs)."
     )
+    schema_progress = serializers.CharField(
+        help_text='How far the refresh under way, or the last one, got: "250 of 1,204 '
+        'tables read", then "1,204 of 1,204 tables read; values of 38 columns".'
+    )
+    sample_values = serializers.BooleanField(
+        help_text="The schema refresh lists the few distinct values of text columns in "
+        "their schema entries (PAW_KNOWLEDGE_VALUE_SAMPLE at most)."
+    )
+    sensitive_columns = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="Tables and columns whose values are never sampled (table, schema.table, "
+        "table.column; * for any characters).",
+    )
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
 
@@ -271,6 +285,17 @@ class AdminDatasourceInput(StrictSerializer):
     allowed_hosts = serializers.ListField(
         child=serializers.CharField(max_length=260), required=False, max_length=20,
         help_text="More destinations an isolated sandbox may reach when a run uses it.",
+    )  # fmt: skip
+    sample_values = serializers.BooleanField(
+        required=False,
+        help_text="List the few distinct values of text columns in the schema entries "
+        "(default off; sensitive tables and columns never).",
+    )
+    sensitive_columns = serializers.ListField(
+        child=serializers.CharField(max_length=MAX_SENSITIVE_CHARS), required=False,
+        max_length=MAX_SENSITIVE,
+        help_text='Tables and columns whose values are never sampled, e.g. ["customers", '
+        '"orders.note", "*.email"]: the whole list.',
     )  # fmt: skip
 
 

@@ -32,6 +32,7 @@ from secrets_vault.services.datasources import (
     datasources_available,
     datasources_kept,
     datasources_validate,
+    schema_values_forget,
 )
 from secrets_vault.services.demo import (
     DEMO_DATASOURCE_SLUG,
@@ -130,6 +131,7 @@ __all__ = [
     "provider_default_set",
     "provider_resolve",
     "sandbox_environment",
+    "schema_values_forget",
     "secret_create",
     "secret_delete",
     "secret_save",

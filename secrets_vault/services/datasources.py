@@ -7,11 +7,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from django.conf import settings
 from django.contrib.auth.models import Group
 from django.db import IntegrityError, transaction
+from django.db.models import F
 from django.utils import timezone
 
 from paw_project.errors import Conflict, DomainError, InvalidRequest
+from secrets_vault import enqueue
 from secrets_vault.connections import (
     PAW_DATABASE_CODE,
     PAW_DATABASE_MESSAGE,
@@ -26,8 +29,9 @@ from secrets_vault.connections import (
     driver_message,
     user_privileges,
 )
+from secrets_vault.introspection import VALUES_MARK, entry_text_without_values
 from secrets_vault.masking import mask_text, secret_values_register
-from secrets_vault.models import Datasource, DatasourceCredential
+from secrets_vault.models import Datasource, DatasourceCredential, KnowledgeEntry
 from secrets_vault.placeholders import placeholder_names, placeholders_substitute
 from secrets_vault.selectors import datasource_list, datasources_for_user, secrets_lookup
 from secrets_vault.services.secrets import Resolved, model_validate, placeholders_resolve
@@ -39,7 +43,8 @@ logger = logging.getLogger(__name__)
 
 DATASOURCE_FIELDS = (
     "slug", "name", "description", "dialect", "connection", "read_only", "enabled",
-    "allowed_hosts", "allow_privileged_user", "access", "teams",
+    "allowed_hosts", "allow_privileged_user", "access", "teams", "sample_values",
+    "sensitive_columns",
 )  # fmt: skip
 #: Seconds the check of a read-only datasource's user may take to connect when it is saved.
 PRIVILEGES_CONNECT_TIMEOUT = 3
@@ -207,16 +212,32 @@ def datasource_save(*, datasource: Datasource, teams: list[Group] | None = None)
     ``datasource_is_paw_database`` for a connection that reaches PAW's own database,
     ``datasource_user_privileged`` for a read-only one whose database user, or the user of
     one of its team credentials, can do more than read
-    (:func:`datasource_privileges_enforce`): nothing is saved then."""
+    (:func:`datasource_privileges_enforce`): nothing is saved then, ``invalid`` naming
+    ``sensitive_columns`` for a bad list. Turning ``sample_values`` off or changing
+    ``sensitive_columns`` takes the sampled values out of the schema entries at once
+    (:func:`schema_values_forget`; the next refresh samples again what is allowed)."""
     model_validate(datasource)
     datasource_paw_database_check(datasource=datasource)
     datasource_privileges_enforce(datasource=datasource)
     credentials = list(datasource.credentials.select_related("team")) if datasource.pk else []
     for credential in credentials:  # their users are checked again with the new settings
         datasource_privileges_enforce(datasource=datasource, credential=credential)
+    before = (
+        Datasource.objects.filter(pk=datasource.pk)
+        .values("sample_values", "sensitive_columns")
+        .first()
+        if datasource.pk
+        else None
+    )
+    forget = before is not None and (
+        (before["sample_values"] and not datasource.sample_values)
+        or before["sensitive_columns"] != datasource.sensitive_columns
+    )
     try:
         with transaction.atomic():
             datasource.save()
+            if forget:
+                schema_values_forget(datasource_id=datasource.pk)
             if teams is not None:
                 datasource.teams.set(teams)
             for credential in credentials:
@@ -230,6 +251,34 @@ def datasource_save(*, datasource: Datasource, teams: list[Group] | None = None)
         ) from None
     logger.info("datasource %s saved", datasource.slug)
     return datasource
+
+
+def schema_values_forget(*, datasource_id: int) -> int:
+    """Take every column's values out of the datasource's schema entries, in the caller's
+    transaction (``introspection.entry_text_without_values``; their vectors are made
+    again, its ``knowledge_version`` bumped): when its operator turns sampling off or
+    marks tables or columns sensitive, runs stop seeing values at once, before the next
+    refresh. Returns how many entries changed."""
+    now = timezone.now()
+    changed = []
+    for entry in KnowledgeEntry.objects.filter(
+        datasource_id=datasource_id, kind=KnowledgeEntry.Kind.SCHEMA, text__contains=VALUES_MARK
+    ).only("id", "text"):
+        entry.text = entry_text_without_values(entry.text)
+        entry.vector, entry.vector_model, entry.updated_at = None, "", now
+        changed.append(entry)
+    if changed:
+        KnowledgeEntry.objects.bulk_update(
+            changed, ["text", "vector", "vector_model", "updated_at"], batch_size=500
+        )
+        Datasource.objects.filter(pk=datasource_id).update(
+            knowledge_version=F("knowledge_version") + 1
+        )
+        if settings.PAW_EMBEDDING_PROVIDER:
+            transaction.on_commit(
+                lambda: enqueue.knowledge_embed_enqueue(datasource_id=datasource_id)
+            )
+    return len(changed)
 
 
 def datasource_delete(*, datasource: Datasource) -> None:

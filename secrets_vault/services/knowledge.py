@@ -20,13 +20,14 @@ import logging
 import math
 import sqlite3
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -40,7 +41,7 @@ from secrets_vault.embeddings import (
     LocalEmbedder,
     embedder_configured,
 )
-from secrets_vault.introspection import schema_harvest
+from secrets_vault.introspection import ValueSampling, schema_harvest
 from secrets_vault.masking import mask_text
 from secrets_vault.models import Datasource, KnowledgeEntry
 from secrets_vault.schema_changes import schema_diff, schema_structure
@@ -62,6 +63,8 @@ SCHEMA_TIMEOUT = 30.0
 #: worker task within ``PAW_TASK_SOFT_TIME_LIMIT`` (60 s by default). Examples not reached
 #: wait for the next refresh, which takes the least recently checked first.
 RECHECK_BUDGET_SECONDS = 25.0
+#: Schema entries written per INSERT of a refresh.
+SCHEMA_WRITE_BATCH = 500
 #: Longest title and text of an entry (characters).
 MAX_TITLE = 300
 MAX_TEXT = 50_000
@@ -275,11 +278,14 @@ def datasource_schema_refresh_request(*, datasource: Datasource, user: User | No
 def datasource_schema_refresh(*, datasource_id: int, user: User | None) -> int | None:
     """On the worker: read the datasource's tables and views from its live database
     (read-only, each statement within :data:`SCHEMA_TIMEOUT` seconds) and replace its
-    schema entries with one per table, in one transaction; then run its examples again
-    (:func:`knowledge_examples_recheck`, after that transaction: none is held open while
-    they run). Returns how many tables, or None when it failed: the failure (the
-    database's error, secret values masked) is recorded in ``schema_error`` and the
-    previous entries stay. A datasource deleted meanwhile is left alone (None).
+    schema entries with one per table, in one transaction (:data:`SCHEMA_WRITE_BATCH`
+    entries per statement); then run its examples again (:func:`knowledge_examples_recheck`,
+    after that transaction: none is held open while they run). Returns how many tables,
+    or None when it failed: the failure (the database's error, secret values masked) is
+    recorded in ``schema_error`` and the previous entries stay. A datasource deleted
+    meanwhile is left alone (None). Values of text columns are sampled when its operator
+    allows it (:func:`schema_value_sampling`); how far the harvest got is kept in
+    ``schema_progress`` as it goes.
 
     What changed since the previous harvest is recorded in ``schema_changes``
     (``schema_changes.schema_diff``'s dict, plus ``"at"``, the refresh's time in ISO 8601,
@@ -295,7 +301,11 @@ def datasource_schema_refresh(*, datasource_id: int, user: User | None) -> int |
     try:
         connection, masked = datasource_resolved(datasource=datasource, user=user)
         tables = schema_harvest(
-            dialect=datasource.dialect, connection=connection, timeout=SCHEMA_TIMEOUT
+            dialect=datasource.dialect,
+            connection=connection,
+            timeout=SCHEMA_TIMEOUT,
+            values=schema_value_sampling(datasource=datasource, secret_values=masked),
+            progress=_schema_progress_recorder(datasource_id),
         )
     except DomainError as error:
         return _schema_failed(datasource, error.detail)
@@ -310,15 +320,18 @@ def datasource_schema_refresh(*, datasource_id: int, user: User | None) -> int |
         changes = {"at": now.isoformat(), **schema_diff(locked.schema_tables, structure)}
         KnowledgeEntry.objects.filter(datasource=locked, kind=KnowledgeEntry.Kind.SCHEMA).delete()
         KnowledgeEntry.objects.bulk_create(
-            KnowledgeEntry(
-                datasource=locked,
-                kind=KnowledgeEntry.Kind.SCHEMA,
-                title=table.entry_title()[:MAX_TITLE],
-                text=table.entry_text()[:MAX_TEXT],
-                created_at=now,
-                updated_at=now,
-            )
-            for table in tables
+            (
+                KnowledgeEntry(
+                    datasource=locked,
+                    kind=KnowledgeEntry.Kind.SCHEMA,
+                    title=table.entry_title()[:MAX_TITLE],
+                    text=table.entry_text()[:MAX_TEXT],
+                    created_at=now,
+                    updated_at=now,
+                )
+                for table in tables
+            ),
+            batch_size=SCHEMA_WRITE_BATCH,
         )
         Datasource.objects.filter(pk=datasource_id).update(
             schema_refreshed_at=now,
@@ -416,9 +429,39 @@ def knowledge_examples_recheck(
 
 def _schema_failed(datasource: Datasource, message: str) -> None:
     text = f"Schema refresh failed: {message}"[:5000]
-    Datasource.objects.filter(pk=datasource.pk).update(schema_error=text)
+    Datasource.objects.filter(pk=datasource.pk).update(schema_error=text, schema_progress="")
     logger.info("datasource %s: schema refresh failed", datasource.slug)
     return None
+
+
+def schema_value_sampling(
+    *, datasource: Datasource, secret_values: dict[str, str]
+) -> ValueSampling | None:
+    """What the datasource's refresh samples of column values: None unless its operator
+    allows it (``sample_values``) and ``PAW_KNOWLEDGE_VALUE_SAMPLE`` is above 0; its
+    ``sensitive_columns`` are never read, and ``secret_values`` (``NAME → value``, its
+    resolved secrets) are masked in what is recorded."""
+    limit = settings.PAW_KNOWLEDGE_VALUE_SAMPLE
+    if not datasource.sample_values or limit <= 0:
+        return None
+    return ValueSampling(
+        limit=limit,
+        sensitive=tuple(datasource.sensitive_columns or ()),
+        secret_values=secret_values,
+    )
+
+
+def _schema_progress_recorder(datasource_id: int) -> Callable[[str], None]:
+    """Records a harvest's progress on the datasource (``schema_progress``), outside the
+    refresh's transaction so that it shows while the refresh runs."""
+
+    def record(text: str) -> None:
+        try:
+            Datasource.objects.filter(pk=datasource_id).update(schema_progress=text[:300])
+        except DatabaseError:  # progress is for people to read: the refresh goes on
+            logger.warning("datasource %s: schema progress not recorded", datasource_id)
+
+    return record
 
 
 # --- Vectors ---------------------------------------------------------------------------------
