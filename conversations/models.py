@@ -122,7 +122,9 @@ class Run(models.Model):
     # workspace; conversations.services.attachments checks them). Empty: none.
     attachments = models.JSONField(default=list, blank=True)
     # The last run_sql of the run that returned rows: {"datasource", "sql", "columns",
-    # "rows" (the first PAW_SQL_RESULT_ROWS), "row_count", "truncated"}; null before.
+    # "rows" (the first PAW_SQL_RESULT_ROWS), "row_count", "truncated"}, and "verified":
+    # {"id", "title", "datasource", "verified_at"} when its SQL is a verified example's
+    # (run_effects.verified_query_of); null before.
     result = models.JSONField(null=True, blank=True)
     # Final token counts: {"input": int, "output": int, "rounds": int, "estimated": bool}.
     usage = models.JSONField(default=dict, blank=True)

@@ -186,7 +186,8 @@ def knowledge_entry_update(
     *, entry: KnowledgeEntry, user: User | None, checked: bool = False, **fields: Any
 ) -> KnowledgeEntry:
     """Change ``title``, ``text`` or ``sql`` of a doc or an example (same rules as
-    :func:`knowledge_entry_create`; a changed SQL is checked again). Schema entries are
+    :func:`knowledge_entry_create`; a changed SQL is checked again, and clears the
+    example's verification: :func:`knowledge_entry_verify`). Schema entries are
     the database's: refused with ``schema_is_harvested``. ``TypeError`` for other
     fields (a programming error)."""
     unknown = set(fields) - {"title", "text", "sql"}
@@ -199,6 +200,8 @@ def knowledge_entry_update(
     with transaction.atomic():
         if values["sql"].strip() != entry.sql:
             entry.flag_reason = ""  # its new SQL passed the check (here or by the caller)
+            # What was verified is the old SQL: the new one must be verified again.
+            entry.verified_by, entry.verified_at, entry.verified_version = None, None, None
         entry.title = values["title"].strip()
         entry.text = values["text"]
         entry.sql = values["sql"].strip()
@@ -207,6 +210,59 @@ def knowledge_entry_update(
         entry.save()
         _version_bump(entry.datasource_id)
         _embed_later(entry.datasource_id)
+    return entry
+
+
+def knowledge_entry_verify(*, entry: KnowledgeEntry, user: User) -> KnowledgeEntry:
+    """Mark the example ``entry`` verified by ``user`` (staff: the edges check), now,
+    against its datasource's current ``knowledge_version`` (the knowledge the staff member
+    saw; verifying bumps it, as every change does). Verifying again renews all three.
+    Verified examples come first among the examples a run is given, and an answer with
+    the same SQL (parsed) is a verified query (``selectors.verified_example_matching``).
+
+    Raises :class:`InvalidRequest` ``not_an_example`` for a schema entry or a doc,
+    ``example_flagged`` for an example kept from runs (its ``flag_reason``: fix its SQL
+    first); nothing is changed then."""
+    if entry.kind != KnowledgeEntry.Kind.EXAMPLE:
+        raise InvalidRequest(
+            f"Only examples can be verified; this entry is a {entry.kind}.",
+            code="not_an_example",
+        )
+    if entry.flag_reason:
+        raise InvalidRequest(
+            f"This example is kept from runs ({entry.flag_reason}): fix its SQL before "
+            "verifying it.",
+            code="example_flagged",
+        )
+    with transaction.atomic():
+        version = (
+            Datasource.objects.select_for_update()
+            .filter(pk=entry.datasource_id)
+            .values_list("knowledge_version", flat=True)
+            .get()
+        )
+        entry.verified_by, entry.verified_at, entry.verified_version = user, timezone.now(), version
+        entry.save(update_fields=["verified_by", "verified_at", "verified_version"])
+        _version_bump(entry.datasource_id)
+    logger.info("datasource %s: example %s verified", entry.datasource_id, entry.pk)
+    return entry
+
+
+def knowledge_entry_unverify(*, entry: KnowledgeEntry) -> KnowledgeEntry:
+    """Clear an example's verification (nothing to do when it has none). Raises
+    :class:`InvalidRequest` ``not_an_example`` for a schema entry or a doc."""
+    if entry.kind != KnowledgeEntry.Kind.EXAMPLE:
+        raise InvalidRequest(
+            f"Only examples can be verified; this entry is a {entry.kind}.",
+            code="not_an_example",
+        )
+    if entry.verified_at is None:
+        return entry
+    with transaction.atomic():
+        entry.verified_by, entry.verified_at, entry.verified_version = None, None, None
+        entry.save(update_fields=["verified_by", "verified_at", "verified_version"])
+        _version_bump(entry.datasource_id)
+    logger.info("datasource %s: example %s no longer verified", entry.datasource_id, entry.pk)
     return entry
 
 
@@ -369,12 +425,13 @@ class IndexSource:
 @dataclass(frozen=True)
 class RunKnowledge:
     """What a run on datasources is given: ``entries`` (``[{"datasource", "kind",
-    "title", "text", "sql"}]``, most relevant first, within the token budget), the
+    "title", "text", "sql"}]``, and ``"verified": true`` on a verified example; most
+    relevant first, within the token budget), the
     ``sources`` to make index files of for its ``search_knowledge`` tool
     (:func:`knowledge_index_write`), and the ``vector_model`` of their vectors ("" when
     embeddings are off)."""
 
-    entries: list[dict[str, str]] = field(default_factory=list)
+    entries: list[dict[str, Any]] = field(default_factory=list)
     sources: list[IndexSource] = field(default_factory=list)
     vector_model: str = ""
 
@@ -388,8 +445,9 @@ def knowledge_for_run(
     ``entries``: the most relevant to ``prompt`` (hybrid search, see
     ``selectors.knowledge_search``; the query is embedded here when embeddings are
     configured, and entries still without a vector are embedded first, a batch at a time),
-    packed greedily into ``PAW_KNOWLEDGE_CONTEXT_TOKENS``; a flagged entry
-    (``flag_reason``) is never given. When nothing matches, the
+    packed greedily into ``PAW_KNOWLEDGE_CONTEXT_TOKENS``, verified examples first among
+    the examples (:func:`verified_examples_first`; such an entry has ``"verified": true``);
+    a flagged entry (``flag_reason``) is never given. When nothing matches, the
     schema entries by title, so the agent at least knows the tables. ``sources``: the
     datasources with knowledge, at their current version. An embedding failure degrades
     to full-text (logged).
@@ -432,6 +490,7 @@ def knowledge_for_run(
             .defer("vector")
             .order_by("title")[:100]
         )
+    hits = verified_examples_first(hits)
     budget = settings.PAW_KNOWLEDGE_CONTEXT_TOKENS
     entries = []
     for entry in hits:
@@ -442,6 +501,8 @@ def knowledge_for_run(
             "text": entry.text,
             "sql": entry.sql,
         }
+        if entry.verified_at is not None:
+            item["verified"] = True  # paw-agent labels it for the model
         cost = tokens_of(json.dumps(item, ensure_ascii=False))
         if cost <= budget:
             entries.append(item)
@@ -462,11 +523,26 @@ def knowledge_for_run(
     )
 
 
+def verified_examples_first(hits: list[KnowledgeEntry]) -> list[KnowledgeEntry]:
+    """``hits`` (most relevant first) with the examples among them reordered, verified
+    ones first (each group in its order): the places of schema entries and docs are
+    kept, the examples' places are filled verified first. paw-agent's
+    ``search_knowledge`` orders its results by the same rule."""
+    examples = iter(
+        sorted(
+            (hit for hit in hits if hit.kind == KnowledgeEntry.Kind.EXAMPLE),
+            key=lambda hit: hit.verified_at is None,
+        )
+    )
+    return [next(examples) if hit.kind == KnowledgeEntry.Kind.EXAMPLE else hit for hit in hits]
+
+
 #: The index file's tables (read by paw_agent/knowledge.py; the FTS5 manual, 4.4.3).
 INDEX_SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE entries (id INTEGER PRIMARY KEY, kind TEXT NOT NULL, title TEXT NOT NULL,
-                      text TEXT NOT NULL, sql TEXT NOT NULL, vector BLOB);
+                      text TEXT NOT NULL, sql TEXT NOT NULL, vector BLOB,
+                      verified INTEGER NOT NULL DEFAULT 0);
 CREATE VIRTUAL TABLE entries_fts USING fts5(title, text, sql, content='entries',
                                             content_rowid='id', tokenize='porter unicode61');
 """
@@ -476,7 +552,8 @@ def knowledge_index_write(*, source: IndexSource, path: Path, vector_model: str)
     """Write the knowledge of ``source``'s datasource as a new SQLite file at ``path`` (a
     place of PAW's own; the node puts it into the sandbox): table ``meta``
     (``datasource``, ``name``, ``dialect``, ``version``, ``vector_model``), ``entries``
-    (id, kind, title, text, sql, and the float32 vector by ``vector_model`` or NULL) and
+    (id, kind, title, text, sql, the float32 vector by ``vector_model`` or NULL, and
+    ``verified``: 1 for a verified example, else 0) and
     the FTS5 index ``entries_fts`` (porter stemming). Raises ``sqlite3.Error`` or
     ``OSError`` when it cannot be written."""
     datasource = Datasource.objects.get(pk=source.datasource_id)
@@ -491,13 +568,14 @@ def knowledge_index_write(*, source: IndexSource, path: Path, vector_model: str)
         }
         db.executemany("INSERT INTO meta VALUES (?, ?)", meta.items())
         rows = KnowledgeEntry.objects.filter(datasource=datasource, flag_reason="").values_list(
-            "id", "kind", "title", "text", "sql", "vector", "vector_model"
+            "id", "kind", "title", "text", "sql", "vector", "vector_model", "verified_at"
         )
         db.executemany(
-            "INSERT INTO entries VALUES (?, ?, ?, ?, ?, ?)",
+            "INSERT INTO entries (id, kind, title, text, sql, vector, verified) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
             (
-                (i, kind, title, text, sql, _vector_of(vector, model, vector_model))
-                for i, kind, title, text, sql, vector, model in rows.iterator(chunk_size=1000)
+                (i, kind, title, text, sql, _vector_of(vector, model, vector_model), int(bool(at)))
+                for i, kind, title, text, sql, vector, model, at in rows.iterator(chunk_size=1000)
             ),
         )
         db.execute("INSERT INTO entries_fts(entries_fts) VALUES ('rebuild')")
