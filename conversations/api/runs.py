@@ -39,6 +39,15 @@ class UsageOutput(serializers.Serializer):
     estimated = serializers.BooleanField(help_text="The provider sent no usage: PAW estimated it.")
 
 
+class VerifiedQueryOutput(serializers.Serializer):
+    """The verified example whose SQL a run's result ran."""
+
+    id = serializers.IntegerField(help_text="The knowledge entry's id.")
+    title = serializers.CharField(help_text="Its question.")
+    datasource = serializers.CharField()
+    verified_at = serializers.DateTimeField()
+
+
 class SqlResultOutput(serializers.Serializer):
     """The rows of the run's last ``run_sql`` query that returned any."""
 
@@ -53,6 +62,11 @@ class SqlResultOutput(serializers.Serializer):
         help_text="Rows the statement returned (counted up to 100,000)."
     )
     truncated = serializers.BooleanField(help_text="Fewer rows here than the statement returned.")
+    verified = VerifiedQueryOutput(
+        required=False,
+        help_text="Present when the statement is a verified example's (compared as parsed "
+        "SQL, by PAW): that example.",
+    )
 
 
 class VersionFieldsMixin(serializers.Serializer):
@@ -290,7 +304,7 @@ class SqlAskApi(APIView):
         tools `run_sql`, `search_knowledge` and `ask_user`, in `conversation` or a new one:
         202 with the queued run (`id`, `conversation_id`, `status` …). Follow it like any
         run; once finished, `GET .../runs/{id}` has `result`: `{sql, columns, rows,
-        row_count, truncated}`. A statement that changes data still waits for an approval."""
+        row_count, truncated}`, and `verified` when the SQL is a verified example's. A statement that changes data still waits for an approval."""
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         values = data.validated_data
