@@ -304,7 +304,8 @@ class SqlAskApi(APIView):
         tools `run_sql`, `search_knowledge` and `ask_user`, in `conversation` or a new one:
         202 with the queued run (`id`, `conversation_id`, `status` …). Follow it like any
         run; once finished, `GET .../runs/{id}` has `result`: `{sql, columns, rows,
-        row_count, truncated}`, and `verified` when the SQL is a verified example's. A statement that changes data still waits for an approval."""
+        row_count, truncated}`, and `verified` when the SQL is a verified example's. A
+        statement that changes data still waits for an approval."""
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         values = data.validated_data
