@@ -8,7 +8,8 @@ same query, and nothing that changes what it returns:
 - formatting, comments, trailing semicolons, the case of keywords, ``AS`` or not, the
   quoting of a string literal where the dialect has two forms (the parser's tree);
 - the case of unquoted identifiers, folded as the dialect folds them (a quoted
-  ``"Name"`` on PostgreSQL stays itself: sqlglot's ``normalize_identifiers``);
+  ``"Name"`` on PostgreSQL stays itself: sqlglot's ``normalize_identifiers``; MySQL's
+  column names, whatever their quotes), and quotes that change nothing (``"total"``);
 - table aliases: every table and derived table gets one (its name when it had none) and
   the aliases are renamed ``_t1``, ``_t2`` … in the order they appear, with the column
   references that use them (``FROM orders o … o.id`` is ``FROM orders … orders.id``);
@@ -29,6 +30,7 @@ matched.
 from __future__ import annotations
 
 import functools
+import re
 from typing import Any
 
 import sqlglot
@@ -40,6 +42,7 @@ from paw_sqlcheck import _SQLGLOT, DIALECTS, judge
 
 __all__ = ["canonical_sql"]
 
+_PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*")
 #: Scopes whose unqualified columns can only be their own sources' (no outer scope).
 _CLOSED_SCOPES = frozenset({ScopeType.ROOT, ScopeType.CTE, ScopeType.DERIVED_TABLE})
 
@@ -58,6 +61,8 @@ def canonical_sql(sql: str, *, dialect: str) -> str | None:
     name = _SQLGLOT[canonical]
     try:
         [tree] = [t for t in sqlglot.parse(sql, read=name) if t is not None]
+        if canonical == "mysql":
+            _fold_mysql_columns(tree)
         tree = qualify(
             tree,
             dialect=name,
@@ -68,11 +73,32 @@ def canonical_sql(sql: str, *, dialect: str) -> str | None:
         )
         _qualify_single_sources(tree)
         _rename_table_aliases(tree)
+        _unquote_plain_names(tree, canonical)
         return tree.sql(dialect=name, comments=False)
     except RecursionError:
         return None
     except Exception:  # any failure of the parser or the optimizer: no form, no match
         return None
+
+
+def _fold_mysql_columns(tree: exp.Expression) -> None:
+    """MySQL and MariaDB compare column names without case, quoted or not (table names
+    keep theirs: they are files on a case-sensitive file system)."""
+    for column in tree.find_all(exp.Column):
+        if isinstance(column.this, exp.Identifier):
+            column.this.set("this", column.this.name.lower())
+
+
+def _unquote_plain_names(tree: exp.Expression, dialect: str) -> None:
+    """Drop the quotes of a plain name where they change nothing: on PostgreSQL and
+    SQLite a quoted name already in lower case (``"total"`` is ``total``), on MySQL any
+    (quotes there do not change case)."""
+    for identifier in tree.find_all(exp.Identifier):
+        name = identifier.name
+        if not identifier.quoted or not _PLAIN_NAME.fullmatch(name):
+            continue
+        if dialect == "mysql" or name == name.lower():
+            identifier.set("quoted", False)
 
 
 def _qualify_single_sources(tree: exp.Expression) -> None:
