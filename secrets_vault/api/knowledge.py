@@ -48,9 +48,8 @@ class KnowledgeEntryOutput(serializers.Serializer):
         help_text="Why runs are not given this entry until an operator acts (empty: they "
         "are): an example whose SQL the current rule does not call a read."
     )
-    verified_by = serializers.SlugRelatedField(
-        slug_field="username",
-        read_only=True,
+    verified_by = serializers.CharField(
+        source="verified_by.username",
         allow_null=True,
         help_text="Examples only: who verified it (null: not verified, or the account is gone).",
     )
