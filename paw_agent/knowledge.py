@@ -235,7 +235,7 @@ def _by_similarity(db: sqlite3.Connection, vector: Any, where: str, params: list
 def verified_examples_first(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``entries`` (best first) with the examples among them reordered, verified ones
     first (each group in its order); the places of the other kinds are kept. PAW's
-    ``secrets_vault.services.knowledge.verified_examples_first`` is the same rule."""
+    ``secrets_vault.context.verified_examples_first`` is the same rule (on examples alone)."""
     examples = iter(
         sorted(
             (e for e in entries if e.get("kind") == "example"),

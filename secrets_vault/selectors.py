@@ -590,6 +590,7 @@ def knowledge_search(
     limit: int = 20,
     query_vector: np.ndarray | None = None,
     vector_model: str = "",
+    kinds: tuple[str, ...] = (),
 ) -> list[KnowledgeHit]:
     """The entries of the datasources most relevant to ``query``, best first (at most
     ``limit``), without their vectors.
@@ -600,15 +601,21 @@ def knowledge_search(
     by ``vector_model``), the entries' vectors by that model are ranked by cosine
     similarity too (numpy, over a per-process cache keyed on the datasources'
     ``knowledge_version``), and the two rankings merged by reciprocal rank fusion.
+    ``kinds``, when given, keeps only entries of those kinds (``schema``, ``doc``,
+    ``example``).
     """
     if not datasource_ids:
         return []
     words = query_words(query)
     # The full-text query brings its rows along: one round trip when it is all there is.
-    found = {entry.pk: entry for entry in _fulltext_ranked(datasource_ids, words)} if words else {}
+    found = (
+        {entry.pk: entry for entry in _fulltext_ranked(datasource_ids, words, kinds)}
+        if words
+        else {}
+    )
     rankings = [list(found)]
     if query_vector is not None and vector_model:
-        rankings.append(_vector_ranked(datasource_ids, query_vector, vector_model))
+        rankings.append(_vector_ranked(datasource_ids, query_vector, vector_model, kinds))
     scores: dict[int, float] = {}
     for ranking in rankings:
         for rank, entry_id in enumerate(ranking):
@@ -627,10 +634,13 @@ _ENTRY_COLUMNS = (
 )
 
 
-def _fulltext_ranked(datasource_ids: list[int], words: list[str]) -> list[KnowledgeEntry]:
-    """Entries matching any of ``words``, best first (at most ``SEARCH_CANDIDATES``),
-    without their vectors."""
+def _fulltext_ranked(
+    datasource_ids: list[int], words: list[str], kinds: tuple[str, ...] = ()
+) -> list[KnowledgeEntry]:
+    """Entries matching any of ``words`` (of ``kinds``, when given), best first (at most
+    ``SEARCH_CANDIDATES``), without their vectors."""
     vendor = connection.vendor
+    kinds = tuple(kinds) or tuple(KnowledgeEntry.Kind.values)
     table = KnowledgeEntry._meta.db_table
     if vendor == "postgresql":
         # plainto_tsquery stems and drops stopwords; its terms are then OR-ed.
@@ -639,27 +649,29 @@ def _fulltext_ranked(datasource_ids: list[int], words: list[str]) -> list[Knowle
                 f"""
                 SELECT {_ENTRY_COLUMNS} FROM {table} e,
                      CAST(replace(plainto_tsquery('english', %s)::text, ' & ', ' | ') AS tsquery) q
-                WHERE e.datasource_id = ANY(%s) AND e.search @@ q
+                WHERE e.datasource_id = ANY(%s) AND e.kind = ANY(%s) AND e.search @@ q
                 ORDER BY ts_rank(e.search, q, 1) DESC, e.id LIMIT %s
                 """,  # noqa: S608 - the table name is the model's
-                [" ".join(words), list(datasource_ids), SEARCH_CANDIDATES],
+                [" ".join(words), list(datasource_ids), list(kinds), SEARCH_CANDIDATES],
             )
         )
     if vendor == "sqlite" and _sqlite_fts_ready():
         match = " OR ".join('"' + word.replace('"', '""') + '"' for word in words)
         # Django's cursor takes %s placeholders on SQLite too (it turns them into ?).
         marks = ", ".join("%s" for _ in datasource_ids)
+        kind_marks = ", ".join("%s" for _ in kinds)
         return list(
             KnowledgeEntry.objects.raw(
                 f"""
                 SELECT {_ENTRY_COLUMNS} FROM {FTS_TABLE} f JOIN {table} e ON e.id = f.rowid
                 WHERE {FTS_TABLE} MATCH %s AND e.datasource_id IN ({marks})
+                  AND e.kind IN ({kind_marks})
                 ORDER BY bm25({FTS_TABLE}, 4.0, 1.0, 0.5), e.id LIMIT %s
                 """,  # noqa: S608 - names are the model's, values are parameters
-                [match, *datasource_ids, SEARCH_CANDIDATES],
+                [match, *datasource_ids, *kinds, SEARCH_CANDIDATES],
             )
         )
-    ranked = _python_ranked(datasource_ids, words)
+    ranked = _python_ranked(datasource_ids, words, kinds)
     entries = KnowledgeEntry.objects.defer("vector").in_bulk(ranked)
     return [entries[i] for i in ranked if i in entries]
 
@@ -675,14 +687,16 @@ def _sqlite_fts_ready() -> bool:
         return cursor.fetchone() is not None
 
 
-def _python_ranked(datasource_ids: list[int], words: list[str]) -> list[int]:
+def _python_ranked(
+    datasource_ids: list[int], words: list[str], kinds: tuple[str, ...]
+) -> list[int]:
     """BM25 (k1 = 1.2, b = 0.75; Robertson and Zaragoza, 2009) over every entry of the
     datasources, on word prefixes of 5 letters as a poor man's stemming: the fallback of
     a database without a full-text index. The title counts three times."""
     stems = {word[:5] for word in words}
     documents = []
     for entry_id, title, text, sql in KnowledgeEntry.objects.filter(
-        datasource_id__in=datasource_ids
+        datasource_id__in=datasource_ids, kind__in=kinds
     ).values_list("id", "title", "text", "sql"):
         tokens = [w.lower()[:5] for w in _WORD.findall(f"{title} {title} {title} {text} {sql}")]
         documents.append((entry_id, tokens))
@@ -706,7 +720,7 @@ def _python_ranked(datasource_ids: list[int], words: list[str]) -> list[int]:
     return [entry_id for _, entry_id in scored[:SEARCH_CANDIDATES]]
 
 
-_VECTOR_CACHE: collections.OrderedDict[tuple, tuple[np.ndarray, np.ndarray]] = (
+_VECTOR_CACHE: collections.OrderedDict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = (
     collections.OrderedDict()
 )
 _VECTOR_CACHE_LOCK = threading.Lock()
@@ -715,9 +729,11 @@ _VECTOR_CACHE_LOCK = threading.Lock()
 VECTOR_CACHE_SIZE = 8
 
 
-def _vector_matrix(datasource_ids: list[int], model: str) -> tuple[np.ndarray, np.ndarray]:
-    """``(entry ids, matrix of their vectors)`` by ``model``, from the cache while no
-    datasource's ``knowledge_version`` changed."""
+def _vector_matrix(
+    datasource_ids: list[int], model: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(entry ids, matrix of their vectors, their kinds)`` by ``model``, from the cache
+    while no datasource's ``knowledge_version`` changed."""
     versions = tuple(
         Datasource.objects.filter(pk__in=datasource_ids)
         .order_by("pk")
@@ -731,28 +747,34 @@ def _vector_matrix(datasource_ids: list[int], model: str) -> tuple[np.ndarray, n
     rows = list(
         KnowledgeEntry.objects.filter(
             datasource_id__in=datasource_ids, vector_model=model, vector__isnull=False
-        ).values_list("id", "vector")
+        ).values_list("id", "vector", "kind")
     )
-    vectors = [vector_from_bytes(vector) for _, vector in rows]
+    vectors = [vector_from_bytes(vector) for _, vector, _ in rows]
     dims = {len(v) for v in vectors}
     if len(dims) > 1:  # vectors of another shape: a model renamed in between; skip them
         common = max(dims, key=lambda d: sum(len(v) == d for v in vectors))
         rows, vectors = zip(
             *[(r, v) for r, v in zip(rows, vectors, strict=True) if len(v) == common], strict=True
         )
-    ids = np.array([entry_id for entry_id, _ in rows], dtype=np.int64)
+    ids = np.array([entry_id for entry_id, _, _ in rows], dtype=np.int64)
+    kinds = np.array([kind for _, _, kind in rows], dtype=object)
     matrix = np.vstack(vectors) if vectors else np.zeros((0, 0), dtype=np.float32)
     with _VECTOR_CACHE_LOCK:
-        _VECTOR_CACHE[key] = (ids, matrix)
+        _VECTOR_CACHE[key] = (ids, matrix, kinds)
         while len(_VECTOR_CACHE) > VECTOR_CACHE_SIZE:
             _VECTOR_CACHE.popitem(last=False)
-    return ids, matrix
+    return ids, matrix, kinds
 
 
-def _vector_ranked(datasource_ids: list[int], query_vector: np.ndarray, model: str) -> list[int]:
-    """Entry ids by cosine similarity to ``query_vector``, best first (at most
-    ``SEARCH_CANDIDATES``)."""
-    ids, matrix = _vector_matrix(datasource_ids, model)
+def _vector_ranked(
+    datasource_ids: list[int], query_vector: np.ndarray, model: str, kinds: tuple[str, ...] = ()
+) -> list[int]:
+    """Entry ids (of ``kinds``, when given) by cosine similarity to ``query_vector``, best
+    first (at most ``SEARCH_CANDIDATES``)."""
+    ids, matrix, entry_kinds = _vector_matrix(datasource_ids, model)
+    if kinds and len(ids):
+        keep = np.isin(entry_kinds, list(kinds))
+        ids, matrix = ids[keep], matrix[keep]
     if not len(ids) or matrix.shape[1] != len(query_vector):
         return []
     similarity = matrix @ query_vector.astype(np.float32)

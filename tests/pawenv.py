@@ -143,6 +143,9 @@ os.environ.update(
         "PAW_VAR_DIR": TEST_VAR_DIR,
         "PAW_WORKSPACE_ROOT": os.path.join(TEST_VAR_DIR, "workspaces"),
         "PAW_NODE_NAME": f"test-{os.getpid()}",
+        # Full-text retrieval unless a test configures embeddings (the local model of the
+        # `embeddings` extra would otherwise be on wherever it is installed).
+        "PAW_EMBEDDING_PROVIDER": "",
     }
 )
 os.environ.setdefault("PAW_SECRET_KEY", "paw-test-secret-key-not-for-production")

@@ -31,11 +31,17 @@ from django.utils import timezone
 from paw_project.errors import DomainError, InvalidRequest
 from secrets_vault import enqueue
 from secrets_vault.connections import ConnectionFailed, NotARead, driver_message, query_check
-from secrets_vault.embeddings import Embedder, EmbeddingError, embedder_configured
+from secrets_vault.context import context_select
+from secrets_vault.embeddings import (
+    Embedder,
+    EmbeddingError,
+    LocalEmbedder,
+    embedder_configured,
+)
 from secrets_vault.introspection import schema_harvest
 from secrets_vault.masking import mask_text
 from secrets_vault.models import Datasource, KnowledgeEntry
-from secrets_vault.selectors import datasources_for_user, knowledge_search, knowledge_unembedded
+from secrets_vault.selectors import datasources_for_user, knowledge_unembedded
 from secrets_vault.services.datasources import datasource_resolved
 from secrets_vault.vectors import vector_bytes
 
@@ -355,7 +361,7 @@ def _schema_failed(datasource: Datasource, message: str) -> None:
 
 
 def knowledge_embed_missing(
-    *, datasource_ids: list[int], embedder: Embedder, limit: int = EMBED_BATCH
+    *, datasource_ids: list[int], embedder: Embedder | LocalEmbedder, limit: int = EMBED_BATCH
 ) -> int:
     """Embed up to ``limit`` entries of the datasources that have no vector by the
     embedder's model (new, edited, or made by another model) and store the vectors.
@@ -445,8 +451,8 @@ def knowledge_for_run(
     ``entries``: the most relevant to ``prompt`` (hybrid search, see
     ``selectors.knowledge_search``; the query is embedded here when embeddings are
     configured, and entries still without a vector are embedded first, a batch at a time),
-    packed greedily into ``PAW_KNOWLEDGE_CONTEXT_TOKENS``, verified examples first among
-    the examples (:func:`verified_examples_first`; such an entry has ``"verified": true``);
+    packed greedily into ``PAW_KNOWLEDGE_CONTEXT_TOKENS`` (``context.context_select``:
+    verified examples first among the examples; such an entry has ``"verified": true``);
     a flagged entry (``flag_reason``) is never given. When nothing matches, the
     schema entries by title, so the agent at least knows the tables. ``sources``: the
     datasources with knowledge, at their current version. An embedding failure degrades
@@ -473,28 +479,9 @@ def knowledge_for_run(
         except EmbeddingError as error:
             logger.warning("knowledge retrieval without vectors: %s", error)
     vector_model = embedder.model if embedder is not None else ""
-    hits = [
-        hit.entry
-        for hit in knowledge_search(
-            datasource_ids=ids,
-            query=prompt,
-            limit=100,
-            query_vector=query_vector,
-            vector_model=vector_model,
-        )
-        if not hit.entry.flag_reason  # kept from runs until an operator acts
-    ]
-    if not hits:
-        hits = list(
-            KnowledgeEntry.objects.filter(datasource_id__in=ids, kind=KnowledgeEntry.Kind.SCHEMA)
-            .defer("vector")
-            .order_by("title")[:100]
-        )
-    hits = verified_examples_first(hits)
-    budget = settings.PAW_KNOWLEDGE_CONTEXT_TOKENS
-    entries = []
-    for entry in hits:
-        item = {
+
+    def item_of(entry: KnowledgeEntry) -> dict[str, Any]:
+        item: dict[str, Any] = {
             "datasource": slugs[entry.datasource_id],
             "kind": entry.kind,
             "title": entry.title,
@@ -503,10 +490,33 @@ def knowledge_for_run(
         }
         if entry.verified_at is not None:
             item["verified"] = True  # paw-agent labels it for the model
-        cost = tokens_of(json.dumps(item, ensure_ascii=False))
-        if cost <= budget:
-            entries.append(item)
-            budget -= cost
+        return item
+
+    def cost(entry: KnowledgeEntry) -> int:
+        return tokens_of(json.dumps(item_of(entry), ensure_ascii=False))
+
+    budget = settings.PAW_KNOWLEDGE_CONTEXT_TOKENS
+    chosen = context_select(
+        datasources=datasources,
+        prompt=prompt,
+        budget=budget,
+        cost=cost,
+        query_vector=query_vector,
+        vector_model=vector_model,
+    )
+    if not chosen:
+        fallback = (
+            KnowledgeEntry.objects.filter(
+                datasource_id__in=ids, kind=KnowledgeEntry.Kind.SCHEMA, flag_reason=""
+            )
+            .defer("vector")
+            .order_by("title")[:100]
+        )
+        for entry in fallback:
+            if cost(entry) <= budget:
+                chosen.append(entry)
+                budget -= cost(entry)
+    entries = [item_of(entry) for entry in chosen]
     # Read after the embedding above: storing vectors bumped the versions.
     versions = (
         Datasource.objects.filter(pk__in=ids)
@@ -521,20 +531,6 @@ def knowledge_for_run(
         ],
         vector_model=vector_model,
     )
-
-
-def verified_examples_first(hits: list[KnowledgeEntry]) -> list[KnowledgeEntry]:
-    """``hits`` (most relevant first) with the examples among them reordered, verified
-    ones first (each group in its order): the places of schema entries and docs are
-    kept, the examples' places are filled verified first. paw-agent's
-    ``search_knowledge`` orders its results by the same rule."""
-    examples = iter(
-        sorted(
-            (hit for hit in hits if hit.kind == KnowledgeEntry.Kind.EXAMPLE),
-            key=lambda hit: hit.verified_at is None,
-        )
-    )
-    return [next(examples) if hit.kind == KnowledgeEntry.Kind.EXAMPLE else hit for hit in hits]
 
 
 #: The index file's tables (read by paw_agent/knowledge.py; the FTS5 manual, 4.4.3).
