@@ -1,6 +1,8 @@
 """Admin for secrets (values write-only, never shown), datasources (with "Test
 connection" and "Refresh schema" actions, and their knowledge inline: the harvested schema
-read-only, docs and examples editable, an example's SQL checked when saved), custom
+read-only, docs and examples editable, an example's SQL checked when saved; on the
+knowledge entries' list, actions that mark examples verified or clear it, and a filter),
+custom
 providers and who may use each provider and model (*Provider access*, and on a team's
 page the providers limited to it and its model limits). Each save goes through a
 service."""

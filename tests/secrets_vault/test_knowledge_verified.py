@@ -153,6 +153,9 @@ def test_the_admin_action_verifies_examples_and_refuses_docs(operator_client, op
     assert "Money" not in listed.content.decode()
     detail = operator_client.get(f"/admin/secrets_vault/knowledgeentry/{entry.pk}/change/")
     assert "by operator on " in detail.content.decode()
+    # And on the datasource's page, among its docs and examples.
+    datasource_page = operator_client.get(f"/admin/secrets_vault/datasource/{shop.pk}/change/")
+    assert "by operator on " in datasource_page.content.decode()
     operator_client.post(
         "/admin/secrets_vault/knowledgeentry/",
         {"action": "clear_verification", "_selected_action": [entry.pk]},
