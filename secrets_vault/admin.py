@@ -2,9 +2,8 @@
 connection" and "Refresh schema" actions, and their knowledge inline: the harvested schema
 read-only, docs and examples editable, an example's SQL checked when saved; on the
 knowledge entries' list, actions that mark examples verified or clear it, and a filter),
-custom
-providers and who may use each provider and model (*Provider access*, and on a team's
-page the providers limited to it and its model limits). Each save goes through a
+custom providers and who may use each provider and model (*Provider access*, and on a
+team's page the providers limited to it and its model limits). Each save goes through a
 service."""
 
 from __future__ import annotations
