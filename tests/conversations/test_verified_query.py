@@ -113,19 +113,19 @@ def test_a_chat_run_that_runs_a_verified_examples_sql_has_a_verified_result(
 
 
 def test_sql_ask_answers_with_a_verified_query(api, celery_worker, scripted_model, verified):
-    scripted_model.load(script(("What did the shop sell per day?", REWRITTEN)))
-    started = api.post(
-        "/api/sql/ask",
-        {"datasource": "shop", "question": "What did the shop sell per day?"},
-        format="json",
-    )
+    question = "Sales of the shop, day by day?"
+    scripted_model.load(script((question, REWRITTEN)))
+    started = api.post("/api/sql/ask", {"datasource": "shop", "question": question}, format="json")
     assert started.status_code == 202, started.json()
     run = finished(api, started.json()["conversation_id"], started.json()["id"])
     assert run["status"] == "done", run["errors"]
     assert run["result"]["verified"] == expected(verified)
     # The verified example was given to the run first, labelled for the model.
     request = next(
-        body for body in scripted_model.requests if body.get("tools") and body["messages"]
+        body
+        for body in reversed(scripted_model.requests)
+        if body.get("tools")
+        and [m for m in body["messages"] if m["role"] == "user"][-1]["content"] == question
     )
     system = "\n".join(m["content"] for m in request["messages"] if m["role"] == "system")
     assert "[example, verified] Sales per day (datasource shop)" in system
