@@ -78,3 +78,13 @@ def approval_ids_recorded(*, run_id: uuid.UUID) -> set[uuid.UUID]:
             "approval_id", flat=True
         )
     )
+
+
+def sql_statements_of_run(*, run_id: uuid.UUID) -> list[tuple[str, str, str]]:
+    """The statements run ``run_id`` sent, in its order: ``(datasource slug, statement
+    as stored (masked), outcome)`` each."""
+    return list(
+        SqlStatement.objects.filter(run_id=run_id)
+        .order_by("ordinal")
+        .values_list("datasource", "statement", "outcome")
+    )

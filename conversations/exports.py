@@ -33,6 +33,7 @@ from accounts.models import User
 from conversations.models import Conversation, ConversationFile, Run, RunEvent
 from conversations.selectors.artifacts import OpenArtifact
 from conversations.selectors.conversations import conversation_get
+from conversations.selectors.lineage import lineage_summary, run_lineage_of
 from conversations.selectors.workspaces import workspace_open
 
 EXPORT_FORMATS = ("md", "json", "ipynb")
@@ -105,6 +106,7 @@ class Turn:
     #: The title of the verified example whose SQL the run's result ran (PAW's
     #: ``Run.result["verified"]``), else "".
     verified: str = ""
+    lineage: dict[str, Any] | None = None
 
 
 class _TurnReader:
@@ -118,6 +120,7 @@ class _TurnReader:
         )
         if isinstance(verified, dict):
             self.turn.verified = str(verified.get("title") or "")
+        self.turn.lineage = run_lineage_of(run)
         self.run = run
         self.pending = ""  # streamed text not yet followed by a tool call or the result
         self.result_seen = False
@@ -362,6 +365,8 @@ def _write_markdown(conversation: Conversation, out: IO[bytes], _: EventForm) ->
                 emit("**Answer**\n\n" + turn.answer)
             if turn.verified:
                 emit(f"*✓ Verified query: {turn.verified}*")
+            if based_on := lineage_summary(turn.lineage):
+                emit(based_on)
             if turn.cancelled:
                 emit("*Cancelled.*")
             for error in turn.errors:
@@ -408,7 +413,16 @@ def _write_json(
             truncated = True
             break
         out.write((b",\n" if count > 1 else b"\n") + dump(event_form(event)))
-    out.write(b'\n], "truncated": ' + dump(truncated) + b"}\n")
+    out.write(b'\n], "truncated": ' + dump(truncated))
+    # What each answer rests on (the runs on datasources): lineage is not an event.
+    lineage = [
+        {"run_id": str(run_id), "lineage": result["lineage"]}
+        for run_id, result in Run.objects.filter(conversation=conversation, result__isnull=False)
+        .order_by("created_at")
+        .values_list("id", "result")
+        if isinstance(result, dict) and isinstance(result.get("lineage"), dict)
+    ]
+    out.write(b', "lineage": ' + dump(lineage) + b"}\n")
     return "json", "application/json"
 
 
@@ -543,10 +557,14 @@ def _write_notebook(conversation: Conversation, out: IO[bytes], _: EventForm) ->
             else:
                 write(_markdown_cell(_tool_note(step)))
         closing = [turn.answer] if turn.answer else []
+        closing += [based_on] if (based_on := lineage_summary(turn.lineage)) else []
         closing += ["*Cancelled.*"] if turn.cancelled else []
         closing += [f"*Error: {error}*" for error in turn.errors]
         if closing:
-            write(_markdown_cell("\n\n".join(closing)))
+            cell = _markdown_cell("\n\n".join(closing))
+            if turn.lineage is not None:  # what the answer rests on, for tools reading it
+                cell["metadata"] = {"paw": {"run": str(turn.run_id), "lineage": turn.lineage}}
+            write(cell)
     out.write(b"\n]}\n")
     return "ipynb", "application/x-ipynb+json"
 

@@ -124,8 +124,12 @@ class Run(models.Model):
     # The last run_sql of the run that returned rows: {"datasource", "sql", "columns",
     # "rows" (the first PAW_SQL_RESULT_ROWS), "row_count", "truncated"}, and "verified":
     # {"id", "title", "datasource", "verified_at"} when its SQL is a verified example's
-    # (run_effects.verified_query_of); null before.
+    # (run_effects.verified_query_of); null before. A finished run on datasources also
+    # has "lineage" there (conversations.services.lineage): what its answer rests on.
     result = models.JSONField(null=True, blank=True)
+    # The knowledge entries the worker gave the run with its submit, from PAW's own rows:
+    # [{"id", "kind", "title", "datasource"}] (its lineage's "given" entries).
+    knowledge_given = models.JSONField(default=list, blank=True)
     # Final token counts: {"input": int, "output": int, "rounds": int, "estimated": bool}.
     usage = models.JSONField(default=dict, blank=True)
     node = models.CharField(max_length=200, blank=True, default="")

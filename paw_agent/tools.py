@@ -58,7 +58,9 @@ class ToolOutcome:
     """What a tool call produced: ``text`` for the model, ``ok``, a one-line ``summary``
     for people (notify ``tool``), and ``notify``: more fields for that notify (``run_sql``:
     ``sql_result``, its rows as data, and ``sql_run``, what the statement did for the
-    host's audit; ``run_python``: ``output``, ``files``, ``table``).
+    host's audit; ``run_python``: ``output``, ``files``, ``table``; ``search_knowledge``:
+    ``entries``, ``[{"id", "datasource", "kind", "title"}]`` of what it found, for the
+    host's lineage).
     :meth:`notify_fields` adds the output every tool shows to people. ``images``:
     ``(path, image content part)`` pairs the model is shown after the round's tool
     results (``view_image``)."""
@@ -798,8 +800,15 @@ class Toolbox:
         if not found:
             return ToolOutcome("nothing found; try other words", summary="nothing found")
         text = "\n\n".join(format_entry(entry) for entry in found)
+        # The ids the host's lineage names (it takes kind and title from its own rows).
+        entries = [
+            {"id": e["id"], "datasource": e["datasource"], "kind": e["kind"], "title": e["title"]}
+            for e in found
+        ]
         return ToolOutcome(
-            text, summary=f"{len(found)} entries: " + ", ".join(e["title"] for e in found)[:100]
+            text,
+            summary=f"{len(found)} entries: " + ", ".join(e["title"] for e in found)[:100],
+            notify={"entries": entries},
         )
 
     # -- people -----------------------------------------------------------------------

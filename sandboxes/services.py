@@ -24,6 +24,7 @@ from conversations.selectors import events as event_selectors
 from conversations.selectors import runs as run_selectors
 from conversations.selectors.conversations import approval_timeout_of
 from conversations.services import events as event_services
+from conversations.services import lineage as lineage_services
 from conversations.services import runs as run_services
 from conversations.services.workspaces import workspace_adopt, workspace_ensure, workspace_remove
 from paw_project import metrics
@@ -157,12 +158,17 @@ def run_execute(*, run_id: uuid.UUID) -> None:
         spec = sandbox_spec_for(run)
         with node.pool.conversation_lock(run.conversation_id):
             sandbox = _sandbox_for(node, run, spec)
+            options = run_submit_options(run, sandbox, vision=spec.vision)
+            # Before the submit: a quick run's result may be stored before it returns.
+            lineage_services.run_knowledge_given_record(
+                run_id=run.id, entries=options.get("knowledge", {}).get("entries", [])
+            )
             sandbox.submit(
                 run_id=run.id,
                 user_id=run.user_id,
                 prompt=run.prompt,
                 queued_at=run.created_at.timestamp(),
-                **run_submit_options(run, sandbox, vision=spec.vision),
+                **options,
             )
             # A cancel that arrived after the claim: its op found no run in the sandbox yet.
             if run_selectors.run_cancel_requested(run_id=run.id) and sandbox.active is not None:

@@ -17,7 +17,7 @@ from django.db import models
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.utils.decorators import method_decorator
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.views.decorators.debug import sensitive_post_parameters
 
 from paw_project.adminkit import ADD_FORM_HIDDEN_FIELDS, PawModelAdmin
@@ -31,7 +31,13 @@ from secrets_vault.models import (
     ProviderModelLimit,
     Secret,
 )
-from secrets_vault.selectors import provider_access_list, provider_names
+from secrets_vault.schema_changes import schema_diff_lines
+from secrets_vault.selectors import (
+    datasource_stale_examples,
+    datasources_with_stale_examples,
+    provider_access_list,
+    provider_names,
+)
 from secrets_vault.services import (
     custom_provider_save,
     datasource_credential_delete,
@@ -144,8 +150,11 @@ class KnowledgeEntryForm(forms.ModelForm):
                 text=data.get("text") or "",
                 sql=sql,
                 user=self.user,
-                # A kept SQL was checked when it was saved; a changed one runs again.
-                run_sql=self.instance.pk is None or sql != self.instance.sql,
+                # A kept SQL was checked when it was saved; a changed one runs again, and
+                # so does a stale one (passing clears it).
+                run_sql=self.instance.pk is None
+                or sql != self.instance.sql
+                or self.instance.stale_since is not None,
             )
         except DomainError as error:
             raise forms.ValidationError(error.detail) from None
@@ -189,8 +198,8 @@ class KnowledgeEntryInline(admin.StackedInline):
     extra = 0
     verbose_name = "doc or example"
     verbose_name_plural = "Knowledge: docs and examples"
-    fields = ("kind", "title", "text", "sql", "flag", "verification", "updated_at")
-    readonly_fields = ("flag", "verification", "updated_at")
+    fields = ("kind", "title", "text", "sql", "flag", "stale", "verification", "updated_at")
+    readonly_fields = ("flag", "stale", "verification", "updated_at")
 
     @admin.display(description="Verified")
     def verification(self, obj: KnowledgeEntry) -> str:
@@ -204,6 +213,10 @@ class KnowledgeEntryInline(admin.StackedInline):
             return ""
         return format_html('<strong class="errornote paw-flag">{}</strong>', obj.flag_reason)
 
+    @admin.display(description="Stale")
+    def stale(self, obj: KnowledgeEntry) -> str:
+        return _stale_text(obj)
+
     def get_queryset(self, request: HttpRequest) -> QuerySet[KnowledgeEntry]:
         return (
             super().get_queryset(request).exclude(kind=KnowledgeEntry.Kind.SCHEMA).defer("vector")
@@ -213,6 +226,38 @@ class KnowledgeEntryInline(admin.StackedInline):
         formset = super().get_formset(request, obj, **kwargs)
         formset.form = type("KnowledgeEntryRequestForm", (formset.form,), {"user": request.user})
         return formset
+
+
+def _stale_text(entry: KnowledgeEntry) -> str:
+    """A stale example's error and since when, in red (it is kept from runs); empty when
+    it is not stale."""
+    if entry.stale_since is None:
+        return ""
+    return format_html(
+        '<strong class="errornote paw-stale">Stale since {}: {}</strong> Runs are not given '
+        "it until its SQL passes again (the next schema refresh, or saving it).",
+        entry.stale_since.strftime("%Y-%m-%d %H:%M UTC"),
+        entry.stale_error,
+    )
+
+
+class StaleFilter(admin.SimpleListFilter):
+    """Examples that failed when the last schema refresh ran them again, or not."""
+
+    title = "stale"
+    parameter_name = "stale"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("yes", "Stale"), ("no", "Not stale")]
+
+    def queryset(
+        self, request: HttpRequest, queryset: QuerySet[KnowledgeEntry]
+    ) -> QuerySet[KnowledgeEntry]:
+        if self.value() == "yes":
+            return queryset.filter(stale_since__isnull=False)
+        if self.value() == "no":
+            return queryset.filter(stale_since__isnull=True)
+        return queryset
 
 
 class SchemaEntryInline(admin.TabularInline):
@@ -324,7 +369,11 @@ class DatasourceAdminForm(forms.ModelForm):
 @admin.register(Datasource)
 class DatasourceAdmin(PawModelAdmin):
     form = DatasourceAdminForm
-    add_form_hidden_fields = ADD_FORM_HIDDEN_FIELDS | {"env_name"}
+    add_form_hidden_fields = ADD_FORM_HIDDEN_FIELDS | {
+        "env_name",
+        "schema_changes_shown",
+        "stale_examples",
+    }
     list_display = (
         "slug",
         "name",
@@ -333,6 +382,7 @@ class DatasourceAdmin(PawModelAdmin):
         "enabled",
         "access",
         "schema_refreshed_at",
+        "stale_examples",
         "updated_at",
     )
     list_filter = ("dialect", "enabled", "read_only", "access")
@@ -344,6 +394,8 @@ class DatasourceAdmin(PawModelAdmin):
         "schema_requested_at",
         "schema_refreshed_at",
         "schema_error",
+        "schema_changes_shown",
+        "stale_examples",
         "created_at",
         "updated_at",
     )
@@ -373,6 +425,35 @@ class DatasourceAdmin(PawModelAdmin):
         """What the last check found the database user can do beyond reading; what PAW
         refuses (or was told to accept) in red."""
         return _privileges_text(obj, datasource=obj)
+
+    @admin.display(description="Changed by the last schema refresh")
+    def schema_changes_shown(self, obj: Datasource) -> str:
+        """The last refresh's changes, one line each, and its re-check of the examples."""
+        changes = obj.schema_changes or {}
+        if not changes:
+            return "-"
+        lines = schema_diff_lines(changes) or ["Nothing changed."]
+        examples = changes.get("examples")
+        if examples:
+            lines.append(
+                f"Examples run again: {examples['checked']}, stale {examples['stale']}, no "
+                f"longer stale {examples['unstaled']}, left for the next refresh "
+                f"{examples['pending']}."
+            )
+        return format_html(
+            '<div class="paw-schema-changes">At {}:<br>{}</div>',
+            changes.get("at", "?"),
+            format_html_join("", "{}<br>", ((line,) for line in lines)),
+        )
+
+    @admin.display(description="Stale examples")
+    def stale_examples(self, obj: Datasource) -> int | str:
+        """How many examples failed when the last refresh ran them again."""
+        return datasource_stale_examples(obj) if obj.pk else "-"
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Datasource]:
+        # The harvested structure is the refresh's own (large for a large schema).
+        return datasources_with_stale_examples(super().get_queryset(request)).defer("schema_tables")
 
     def save_model(self, request: HttpRequest, obj: Datasource, form: Any, change: bool) -> None:
         datasource_save(datasource=obj)
@@ -465,8 +546,8 @@ class DatasourceAdmin(PawModelAdmin):
 class KnowledgeEntryAdmin(PawModelAdmin):
     """Every entry of every datasource, to search through (edit them on the datasource)."""
 
-    list_display = ("title", "kind", "datasource", "verified", "updated_at")
-    list_filter = ("kind", VerifiedFilter, "datasource")
+    list_display = ("title", "kind", "datasource", "is_stale", "verified", "updated_at")
+    list_filter = ("kind", StaleFilter, VerifiedFilter, "datasource")
     search_fields = ("title", "text", "sql")
     list_select_related = ("datasource", "verified_by")
     fields = (
@@ -475,6 +556,8 @@ class KnowledgeEntryAdmin(PawModelAdmin):
         "title",
         "text",
         "sql",
+        "stale",
+        "checked_at",
         "verification",
         "vector_model",
         "created_at",
@@ -521,6 +604,15 @@ class KnowledgeEntryAdmin(PawModelAdmin):
                 continue
             self.log_change(request, entry, f"Example {done}.")
             self.message_user(request, f"{entry.title}: {done}.", messages.SUCCESS)
+
+    @admin.display(description="Stale", boolean=True)
+    def is_stale(self, obj: KnowledgeEntry) -> bool | None:
+        return obj.stale_since is not None if obj.kind == KnowledgeEntry.Kind.EXAMPLE else None
+
+    @admin.display(description="Stale")
+    def stale(self, obj: KnowledgeEntry) -> str:
+        """The database's error when the last refresh ran this example again."""
+        return _stale_text(obj) or "-"
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[KnowledgeEntry]:
         return super().get_queryset(request).defer("vector")

@@ -21,8 +21,8 @@ is chosen in three steps (measured on BIRD's mini-dev set, docs/performance.md,
    (the join path a question needs: Wang et al., RAT-SQL, 2020, on schema linking).
 3. The budget is packed: the best docs up to :data:`DOC_SHARE` of it, the best examples up
    to :data:`EXAMPLE_SHARE` (verified ones first: :func:`verified_examples_first`), the
-   tables by score in what is left, then whatever still fits, in the order of the three
-   searches.
+   tables by score in what is left, then whatever still fits,
+   in the order of the three searches.
 """
 
 from __future__ import annotations
@@ -32,15 +32,15 @@ import math
 import re
 import threading
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from secrets_vault.models import Datasource, KnowledgeEntry
-from secrets_vault.selectors import RRF_K, knowledge_search
+from secrets_vault.selectors import RRF_K, knowledge_search, query_words
 
 #: Shares of the budget the best docs and the best examples may take before the tables.
-DOC_SHARE = 0.2
+DOC_SHARE = 0.3
 EXAMPLE_SHARE = 0.25
 #: Entries searched per kind, and how many of the best docs and examples feed the
 #: expanded query and the tables of step 2.
@@ -50,10 +50,17 @@ FEEDBACK_EXAMPLES = 5
 #: Weights of the table evidence of step 2 (the prompt's own schema search is 1).
 EXPANDED_WEIGHT = 1.0
 EXAMPLE_WEIGHT = 2.0
+#: Weight of a table a top doc names (by a column or as ``table.column``).
+DOC_LINK_WEIGHT = 1.0
 #: Share of a table's score lent to each table a foreign key joins it to.
 NEIGHBOUR_SHARE = 0.5
-#: Characters of the expanded query (the docs' and examples' texts are cut to it).
-EXPANDED_CHARS = 4000
+#: Tables scored at least this share of the best one's are packed before the rest.
+STRONG = 0.25
+#: Words of the expanded query, at most.
+EXPANDED_WORDS = 48
+#: Docs searched (they are short: more of them fit).
+SEARCHED_DOCS = 50
+
 #: The dialect names of sqlglot for PAW's.
 SQLGLOT_DIALECTS = {"postgresql": "postgres", "mysql": "mysql", "sqlite": "sqlite"}
 _REFERENCE = re.compile(r"references ([^\s(]+)\(", re.IGNORECASE)
@@ -102,6 +109,85 @@ def _name_keys(title: str) -> set[str]:
     return {name, name.rsplit(".", 1)[-1]}
 
 
+@dataclass
+class SchemaMap:
+    """The tables of some datasources as their schema entries describe them, for linking
+    names to tables without a query: ``names`` (``(datasource id, name as SQL may write
+    it)`` → entry ids), ``columns`` (a column line's first word → entry ids),
+    ``lines`` (entry id → its column lines, lower case, without the ``- ``),
+    ``references`` (entry id → the names its foreign keys reference) and ``referenced``
+    (``(datasource id, name)`` → the entries referencing it); ``datasource_of`` and
+    ``keys`` (the names of :func:`_name_keys`) per entry id."""
+
+    names: dict[tuple[int, str], list[int]] = field(default_factory=dict)
+    columns: dict[str, list[int]] = field(default_factory=dict)
+    lines: dict[int, list[str]] = field(default_factory=dict)
+    references: dict[int, set[str]] = field(default_factory=dict)
+    referenced: dict[tuple[int, str], list[int]] = field(default_factory=dict)
+    datasource_of: dict[int, int] = field(default_factory=dict)
+    keys: dict[int, set[str]] = field(default_factory=dict)
+
+    def named(self, datasource_id: int, name: str) -> list[int]:
+        """The entries SQL's ``name`` (lower case) may mean in the datasource."""
+        return self.names.get((datasource_id, name), [])
+
+    def with_column(self, column: str) -> list[int]:
+        """The entries with a column named ``column`` (lower case; may hold spaces)."""
+        first = column.split(" ", 1)[0]
+        return [
+            entry_id
+            for entry_id in self.columns.get(first, ())
+            if any(line == column or line.startswith(column + " ") for line in self.lines[entry_id])
+        ]
+
+
+#: Sets of datasources whose schema map a process keeps.
+SCHEMA_CACHE_SIZE = 8
+_SCHEMA_CACHE: collections.OrderedDict[tuple, SchemaMap] = collections.OrderedDict()
+_SCHEMA_LOCK = threading.Lock()
+
+
+def schema_map(datasource_ids: list[int]) -> SchemaMap:
+    """The :class:`SchemaMap` of the datasources' schema entries, cached per process
+    while no datasource's ``knowledge_version`` changed (one query for the versions; the
+    entries' texts, streamed, when it did)."""
+    versions = tuple(
+        Datasource.objects.filter(pk__in=datasource_ids)
+        .order_by("pk")
+        .values_list("pk", "knowledge_version")
+    )
+    with _SCHEMA_LOCK:
+        if versions in _SCHEMA_CACHE:
+            _SCHEMA_CACHE.move_to_end(versions)
+            return _SCHEMA_CACHE[versions]
+    built = SchemaMap()
+    names: dict[tuple[int, str], list[int]] = collections.defaultdict(list)
+    columns: dict[str, list[int]] = collections.defaultdict(list)
+    referenced: dict[tuple[int, str], list[int]] = collections.defaultdict(list)
+    rows = KnowledgeEntry.objects.filter(
+        datasource_id__in=datasource_ids, kind=KnowledgeEntry.Kind.SCHEMA, flag_reason=""
+    ).values_list("id", "datasource_id", "title", "text")
+    for entry_id, datasource_id, title, text in rows.iterator(chunk_size=500):
+        built.datasource_of[entry_id] = datasource_id
+        built.keys[entry_id] = _name_keys(title)
+        for key in built.keys[entry_id]:
+            names[(datasource_id, key)].append(entry_id)
+        lines = [line[2:].lower() for line in text.splitlines() if line.startswith("- ")]
+        built.lines[entry_id] = lines
+        for first in {line.split(" ", 1)[0] for line in lines}:
+            columns[first].append(entry_id)
+        targets = {m.lower().replace('"', "") for m in _REFERENCE.findall(text)}
+        built.references[entry_id] = targets
+        for target in targets:
+            referenced[(datasource_id, target)].append(entry_id)
+    built.names, built.columns, built.referenced = dict(names), dict(columns), dict(referenced)
+    with _SCHEMA_LOCK:
+        _SCHEMA_CACHE[versions] = built
+        while len(_SCHEMA_CACHE) > SCHEMA_CACHE_SIZE:
+            _SCHEMA_CACHE.popitem(last=False)
+    return built
+
+
 def context_select(
     *,
     datasources: list[Datasource],
@@ -114,57 +200,75 @@ def context_select(
     """The entries of ``datasources`` a run on ``prompt`` is given (see the module's
     docstring), whose ``cost`` (tokens of an entry as the run is given it) sums to at most
     ``budget``: schema entries first, then docs, then examples, each by relevance.
-    Flagged entries (``flag_reason``) are never chosen. ``query_vector`` (normalised, by
-    ``vector_model``) adds the vector ranking to each search."""
+    Flagged entries (``flag_reason``) are never chosen; of entries with the same text
+    (and SQL) one is. ``query_vector`` (normalised, by ``vector_model``) adds the vector
+    ranking to each search."""
     ids = [d.pk for d in datasources]
     dialects = {d.pk: d.dialect for d in datasources}
 
-    def search(query: str, kind: str, vector: bool = True) -> list[KnowledgeEntry]:
+    def search(
+        query: str, kind: str, vector: bool = True, limit: int = SEARCHED
+    ) -> list[KnowledgeEntry]:
         hits = knowledge_search(
             datasource_ids=ids,
             query=query,
-            limit=SEARCHED,
+            limit=limit,
             query_vector=query_vector if vector else None,
             vector_model=vector_model if vector else "",
             kinds=(kind,),
         )
-        return [hit.entry for hit in hits if not hit.entry.flag_reason]
+        # Kept from runs: flagged until an operator acts, stale until its SQL passes again.
+        return [
+            hit.entry for hit in hits if not hit.entry.flag_reason and hit.entry.stale_since is None
+        ]
 
-    docs = search(prompt, KnowledgeEntry.Kind.DOC)
+    docs = search(prompt, KnowledgeEntry.Kind.DOC, limit=SEARCHED_DOCS)
     examples = search(prompt, KnowledgeEntry.Kind.EXAMPLE)
     schema = search(prompt, KnowledgeEntry.Kind.SCHEMA)
     feedback = [prompt]
     feedback += [f"{d.title} {d.text}" for d in docs[:FEEDBACK_DOCS]]
     feedback += [f"{e.title} {e.sql}" for e in examples[:FEEDBACK_EXAMPLES]]
-    expanded = search(" ".join(feedback)[:EXPANDED_CHARS], KnowledgeEntry.Kind.SCHEMA, False)
+    expanded_words = query_words(" ".join(feedback))[:EXPANDED_WORDS]
+    expanded = search(" ".join(expanded_words), KnowledgeEntry.Kind.SCHEMA, False)
 
+    tables = schema_map(ids)
     scores: dict[int, float] = collections.defaultdict(float)
-    tables: dict[int, KnowledgeEntry] = {}
+    loaded: dict[int, KnowledgeEntry] = {}
     for weight, ranking in ((1.0, schema), (EXPANDED_WEIGHT, expanded)):
         for rank, entry in enumerate(ranking):
             scores[entry.pk] += weight / (RRF_K + rank + 1)
-            tables[entry.pk] = entry
-    wanted: dict[tuple[int, str], float] = collections.defaultdict(float)
+            loaded[entry.pk] = entry
     for rank, example in enumerate(examples[:FEEDBACK_EXAMPLES]):
         for name in _tables_read(example.sql, dialects[example.datasource_id]):
-            wanted[(example.datasource_id, name)] += EXAMPLE_WEIGHT / (RRF_K + rank + 1)
-    for entry in _schema_named(ids, {key for key in wanted}, known=tables):
-        tables[entry.pk] = entry
-    by_name = _name_index(tables.values())
-    for (datasource_id, name), score in wanted.items():
-        for entry_id in by_name.get((datasource_id, name), ()):
-            scores[entry_id] += score
-    _lend_to_neighbours(scores, tables, ids)
+            for entry_id in tables.named(example.datasource_id, name):
+                scores[entry_id] += EXAMPLE_WEIGHT / (RRF_K + rank + 1)
+    links = {doc.pk: _linked(doc, tables) for doc in docs}
+    for rank, doc in enumerate(docs[:FEEDBACK_DOCS]):
+        weight = DOC_LINK_WEIGHT / (RRF_K + rank + 1)
+        for entry_id, times in links[doc.pk].items():
+            scores[entry_id] += weight * times
+    _lend_to_neighbours(scores, tables)
+
+    ranked_ids = sorted(scores, key=lambda i: (-scores[i], i))[:MAX_TABLES]
+    missing = [i for i in ranked_ids if i not in loaded]
+    if missing:
+        loaded.update(KnowledgeEntry.objects.defer("vector").in_bulk(missing))
+    ranked = [loaded[i] for i in ranked_ids if i in loaded and not loaded[i].flag_reason]
 
     chosen: list[KnowledgeEntry] = []
+    seen: set[tuple[str, str, str]] = set()
     left = budget
 
     def take(entry: KnowledgeEntry, within: float) -> float:
         nonlocal left
+        key = (entry.kind, entry.text.strip(), entry.sql.strip())
+        if key in seen:  # the same note twice (or an entry already chosen) says nothing new
+            return within
         price = cost(entry)
-        if entry in chosen or price > left or price > within:
+        if price > left or price > within:
             return within
         chosen.append(entry)
+        seen.add(key)
         left -= price
         return within - price
 
@@ -172,14 +276,27 @@ def context_select(
     for entry in docs:
         share = take(entry, share)
     share = budget * EXAMPLE_SHARE
-    for entry in verified_examples_first(examples):
+    examples_packed = verified_examples_first(examples)
+    for entry in examples_packed:
         share = take(entry, share)
-    for entry_id in sorted(scores, key=lambda i: (-scores[i], i)):
-        if not tables[entry_id].flag_reason:
-            take(tables[entry_id], math.inf)
-    for entry in [*docs, *examples, *schema]:
+    top = scores[ranked[0].pk] if ranked else 0.0
+    strong = [entry for entry in ranked if scores[entry.pk] >= STRONG * top]
+    for entry in strong:
         take(entry, math.inf)
-    order = {KnowledgeEntry.Kind.SCHEMA: 0, KnowledgeEntry.Kind.DOC: 1, KnowledgeEntry.Kind.EXAMPLE: 2}
+    # What is left goes to the next best of each kind in turn (the weaker tables too).
+    rest = [iter(docs), iter(ranked[len(strong) :]), iter(examples_packed), iter(schema)]
+    while rest and left > 0:
+        for queue in list(rest):
+            entry = next(queue, None)
+            if entry is None:
+                rest.remove(queue)
+            else:
+                take(entry, math.inf)
+    order = {
+        KnowledgeEntry.Kind.SCHEMA: 0,
+        KnowledgeEntry.Kind.DOC: 1,
+        KnowledgeEntry.Kind.EXAMPLE: 2,
+    }
     return sorted(chosen, key=lambda entry: order.get(entry.kind, 3))  # stable: by relevance
 
 
@@ -190,63 +307,59 @@ def verified_examples_first(examples: list[KnowledgeEntry]) -> list[KnowledgeEnt
     return sorted(examples, key=lambda entry: entry.verified_at is None)
 
 
-def _name_index(entries: Any) -> dict[tuple[int, str], list[int]]:
-    """``(datasource id, name as SQL may write it)`` → schema entry ids."""
-    index: dict[tuple[int, str], list[int]] = collections.defaultdict(list)
-    for entry in entries:
-        for key in _name_keys(entry.title):
-            index[(entry.datasource_id, key)].append(entry.pk)
-    return index
+#: Tables scored, at most, of which the best are loaded to be packed.
+MAX_TABLES = 200
+#: Words of a doc that name a column: ``a_b``, ``t.c``, ``camelCase``, in backticks, or
+#: before a comparison (``Currency = 'EUR'``) or inside a call (``MIN(year(dob))``).
+_IDENTIFIER = re.compile(
+    r"`([^`\n]{1,64})`"
+    r"|\b([A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*)\b"
+    r"|\b([A-Za-z][A-Za-z0-9]*_[A-Za-z0-9_]*|[a-z]+[A-Z][A-Za-z0-9]*)\b"
+    r"|\b([A-Za-z_][A-Za-z0-9_]*)\s*(?:=|<|>|!=|\bLIKE\b|\bIN\b|\bBETWEEN\b|\bIS\b)"
+    r"|\(\s*([A-Za-z_][A-Za-z0-9_]*)\s*\)",
+    re.IGNORECASE,
+)
 
 
-def _schema_named(
-    datasource_ids: list[int], names: set[tuple[int, str]], *, known: dict[int, KnowledgeEntry]
-) -> list[KnowledgeEntry]:
-    """The schema entries (not yet ``known``) whose table is one of ``names``
-    (``(datasource id, lower-case name)``), in one query. Titles are matched by their
-    last part too, so an unqualified name finds ``schema.table``."""
-    if not names:
-        return []
-    from django.db.models import Q
-    from django.db.models.functions import Lower
-
-    query = Q()
-    for datasource_id, name in names:
-        bare = name.rsplit(".", 1)[-1]
-        query |= Q(datasource_id=datasource_id) & (
-            Q(title_lower=name) | Q(title_lower=bare) | Q(title_lower__endswith=f".{bare}")
-        )
-    return list(
-        KnowledgeEntry.objects.filter(kind=KnowledgeEntry.Kind.SCHEMA, datasource_id__in=datasource_ids)
-        .exclude(pk__in=list(known))
-        .alias(title_lower=Lower("title"))
-        .filter(query)
-        .defer("vector")[: 4 * len(names)]
-    )
+def _linked(doc: KnowledgeEntry, tables: SchemaMap) -> dict[int, int]:
+    """The schema entries a doc names (see :data:`_IDENTIFIER`), each with a weight: 2 for
+    a table its ``table.column`` names, 1 for a table with a column of a name it uses."""
+    found: dict[int, int] = collections.defaultdict(int)
+    names = {
+        next(g for g in m.groups() if g).strip().lower() for m in _IDENTIFIER.finditer(doc.text)
+    }
+    for name in names:
+        table, _, column = name.rpartition(".")
+        candidates = tables.with_column(column)
+        if table:
+            named = set(tables.named(doc.datasource_id, table))
+            for entry_id in candidates:
+                if entry_id in named:
+                    found[entry_id] = max(found[entry_id], 2)
+        elif len(candidates) <= COMMON_COLUMN:
+            for entry_id in candidates:
+                if tables.datasource_of.get(entry_id) == doc.datasource_id:
+                    found[entry_id] = max(found[entry_id], 1)
+    return found
 
 
-def _lend_to_neighbours(
-    scores: dict[int, float], tables: dict[int, KnowledgeEntry], datasource_ids: list[int]
-) -> None:
-    """Add to ``scores`` (and ``tables``) :data:`NEIGHBOUR_SHARE` of each scored table's
-    score for every table a foreign key of its entry's text references, and for every
-    scored table whose foreign key references it (one step, from the scores before)."""
+#: A column name more tables than this have (``id``, ``name``) says nothing of which.
+COMMON_COLUMN = 20
+
+
+def _lend_to_neighbours(scores: dict[int, float], tables: SchemaMap) -> None:
+    """Add to ``scores`` :data:`NEIGHBOUR_SHARE` of each scored table's score for every
+    table its foreign keys reference and every table whose foreign keys reference it
+    (one step, from the scores before)."""
     before = dict(scores)
-    links: list[tuple[int, int, str]] = []
-    for entry_id in before:
-        entry = tables[entry_id]
-        for target in {m.lower().replace('"', "") for m in _REFERENCE.findall(entry.text)}:
-            links.append((entry_id, entry.datasource_id, target))
-    found = _schema_named(
-        datasource_ids, {(ds, target) for _, ds, target in links}, known=tables
-    )
-    for entry in found:
-        tables[entry.pk] = entry
-    by_name = _name_index(tables.values())
-    for source_id, datasource_id, target in links:
-        for target_id in by_name.get((datasource_id, target), ())[:1]:
-            if target_id == source_id:
-                continue
-            scores[target_id] += NEIGHBOUR_SHARE * before[source_id]
-            if target_id in before:
-                scores[source_id] += NEIGHBOUR_SHARE * before[target_id]
+    for entry_id, score in before.items():
+        datasource_id = tables.datasource_of.get(entry_id)
+        if datasource_id is None:
+            continue
+        neighbours: set[int] = set()
+        for target in tables.references.get(entry_id, ()):
+            neighbours.update(tables.named(datasource_id, target)[:1])
+        for key in tables.keys.get(entry_id, ()):
+            neighbours.update(tables.referenced.get((datasource_id, key), ()))
+        for neighbour in neighbours - {entry_id}:
+            scores[neighbour] += NEIGHBOUR_SHARE * score

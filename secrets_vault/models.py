@@ -185,6 +185,12 @@ class Datasource(AccessRuled):
     schema_requested_at = models.DateTimeField(null=True, blank=True, editable=False)
     schema_refreshed_at = models.DateTimeField(null=True, blank=True, editable=False)
     schema_error = models.TextField(blank=True, default="", editable=False)
+    # The last harvest's structure, {table: {column: type}} (types as the database spells
+    # them), kept to tell what the next refresh changed; and what the last refresh
+    # changed compared to the one before (services.knowledge, "The schema refresh":
+    # {"at", "first_harvest", "tables_added", ..., "examples": {...}}); {} before any.
+    schema_tables = models.JSONField(default=dict, blank=True, editable=False)
+    schema_changes = models.JSONField(default=dict, blank=True, editable=False)
     # Bumped by every change of the datasource's knowledge (entries, their vectors), in the
     # same transaction: caches of its index (vectors, the sandbox index file) key on it.
     knowledge_version = models.PositiveIntegerField(default=0, editable=False)
@@ -320,7 +326,9 @@ class KnowledgeEntry(models.Model):
     ``example`` (a question in ``title``/``text`` and the ``sql`` that answers it, checked
     read-only against the database when saved). ``flag_reason``, when set, keeps the entry
     from runs (an example saved under an older rule of a read that the current one
-    refuses: migration 0005). ``vector`` is the entry's embedding
+    refuses: migration 0005); ``stale_since``, when set, too (an example a schema refresh
+    ran again and the database refused, with its error in ``stale_error``). ``vector`` is
+    the entry's embedding
     (float32, little-endian) by the model named in ``vector_model``, or null.
 
     An example is *verified* when ``verified_at`` is set: a staff member
@@ -380,6 +388,19 @@ class KnowledgeEntry(models.Model):
         editable=False,
         help_text="The datasource's knowledge version it was verified against.",
     )
+    # An example whose SQL failed when a schema refresh ran it again: the database's
+    # error (secret values masked) and since when it fails; kept from runs until its SQL
+    # passes again (the next refresh's re-check, or saving it). ``checked_at``: when its
+    # SQL last ran (saved, or re-checked by a refresh), null before.
+    stale_error = models.TextField(
+        blank=True,
+        default="",
+        editable=False,
+        help_text="The database's error when a schema refresh ran this example again "
+        "(empty: it passed). A stale example is kept from runs until its SQL passes again.",
+    )
+    stale_since = models.DateTimeField(null=True, blank=True, editable=False)
+    checked_at = models.DateTimeField(null=True, blank=True, editable=False)
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     updated_at = models.DateTimeField(default=timezone.now, editable=False)
 

@@ -10,12 +10,13 @@ import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from django.conf import settings
 from django.db import connection
-from django.db.models import Q, QuerySet
+from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
+from django.db.models.functions import Coalesce, Lower
 
 from paw_sqlcheck.canonical import canonical_sql
 from secrets_vault.fields import UNDECRYPTABLE
@@ -92,9 +93,37 @@ def secrets_lookup(*, user: User | None, names: list[str] | set[str]) -> dict[st
 def datasource_list(*, enabled_only: bool = True) -> QuerySet[Datasource]:
     """Datasources by slug; only enabled ones unless ``enabled_only`` is False. Every
     datasource, whoever may use it: for operators; a person's are
-    :func:`datasources_for_user`."""
-    query = Datasource.objects.all()
+    :func:`datasources_for_user`. Without the harvested structure (``schema_tables``,
+    large for a large schema, read only by the schema refresh)."""
+    query = Datasource.objects.defer("schema_tables")
     return query.filter(enabled=True) if enabled_only else query
+
+
+def datasources_with_stale_examples(queryset: QuerySet[Datasource]) -> QuerySet[Datasource]:
+    """``queryset`` with each datasource's count of stale examples as ``stale_examples``
+    (one subquery, no join), read by :func:`datasource_stale_examples`."""
+    stale = (
+        KnowledgeEntry.objects.filter(
+            datasource=OuterRef("pk"), kind=KnowledgeEntry.Kind.EXAMPLE, stale_since__isnull=False
+        )
+        .order_by()
+        .values("datasource")
+        .annotate(count=Count("pk"))
+        .values("count")
+    )
+    return queryset.annotate(stale_examples=Coalesce(Subquery(stale), 0))
+
+
+def datasource_stale_examples(datasource: Datasource) -> int:
+    """How many examples of ``datasource`` are stale (failed when the last schema refresh
+    ran them again): the annotation of :func:`datasources_with_stale_examples` when the
+    datasource was read with it, else counted now."""
+    annotated = getattr(datasource, "stale_examples", None)
+    if annotated is not None:
+        return int(annotated)
+    return KnowledgeEntry.objects.filter(
+        datasource=datasource, kind=KnowledgeEntry.Kind.EXAMPLE, stale_since__isnull=False
+    ).count()
 
 
 def datasources_for_user(user: User | None) -> QuerySet[Datasource]:
@@ -553,6 +582,48 @@ def verified_example_matching(*, datasource_slug: str, sql: str) -> KnowledgeEnt
         if canonical_sql(example.sql, dialect=datasource.dialect) == wanted:
             return example
     return None
+def knowledge_entries_named(
+    *, entry_ids: list[int], datasource_slugs: list[str]
+) -> dict[int, dict[str, Any]]:
+    """The entries among ``entry_ids`` that belong to one of the datasources
+    ``datasource_slugs``, by id: ``{"id", "kind", "title", "datasource"}`` each, from
+    PAW's own rows (an id of another datasource, or of no entry, is left out)."""
+    ids = [i for i in entry_ids if isinstance(i, int) and not isinstance(i, bool)]
+    if not ids or not datasource_slugs:
+        return {}
+    rows = KnowledgeEntry.objects.filter(
+        pk__in=ids, datasource__slug__in=datasource_slugs
+    ).values_list("pk", "kind", "title", "datasource__slug")
+    return {
+        pk: {"id": pk, "kind": kind, "title": title, "datasource": slug}
+        for pk, kind, title, slug in rows
+    }
+
+
+def knowledge_schema_columns(*, datasource_slug: str, tables: list[str]) -> dict[str, list[str]]:
+    """Of the datasource's harvested schema, the ``tables`` named (titles as SQL names
+    them, matched ignoring case) and their column names, read from each entry's column
+    lines (``- name type …``: ``introspection.Table.entry_text``)."""
+    wanted = {name.lower() for name in tables}
+    if not wanted:
+        return {}
+    columns: dict[str, list[str]] = {}
+    rows = (
+        KnowledgeEntry.objects.filter(
+            datasource__slug=datasource_slug, kind=KnowledgeEntry.Kind.SCHEMA
+        )
+        .annotate(lowered=Lower("title"))
+        .filter(lowered__in=wanted)
+        .values_list("title", "text")
+    )
+    for title, text in rows:
+        lines = text.split("\nColumns:\n", 1)[1].splitlines() if "\nColumns:\n" in text else []
+        columns[title] = [
+            line[2:].split(" ", 1)[0]
+            for line in lines
+            if line.startswith("- ") and not line.startswith("- … ")
+        ]
+    return columns
 
 
 def knowledge_unembedded(
@@ -630,7 +701,7 @@ def knowledge_search(
 #: The columns a search reads (never the vector).
 _ENTRY_COLUMNS = (
     "e.id, e.datasource_id, e.kind, e.title, e.text, e.sql, e.vector_model, e.flag_reason, "
-    "e.created_at, e.updated_at"
+    "e.stale_since, e.created_at, e.updated_at"
 )
 
 

@@ -48,20 +48,56 @@ class VerifiedQueryOutput(serializers.Serializer):
     verified_at = serializers.DateTimeField()
 
 
-class SqlResultOutput(serializers.Serializer):
-    """The rows of the run's last ``run_sql`` query that returned any."""
+class LineageEntryOutput(serializers.Serializer):
+    """A knowledge entry an answer rests on."""
 
-    datasource = serializers.CharField(help_text="The datasource it ran on.")
-    sql = serializers.CharField(help_text="The statement.")
-    columns = serializers.ListField(child=serializers.CharField())
+    id = serializers.IntegerField(help_text="The knowledge entry's id.")
+    kind = serializers.ChoiceField(choices=["schema", "doc", "example"])
+    title = serializers.CharField()
+    datasource = serializers.CharField(help_text="Its datasource's slug.")
+    source = serializers.ChoiceField(
+        choices=["given", "retrieved"],
+        help_text="given: chosen by PAW for the prompt; retrieved: found by the agent's "
+        "search_knowledge.",
+    )
+
+
+class LineageOutput(serializers.Serializer):
+    """What the answer of a run on datasources rests on (docs/data.md)."""
+
+    datasources = serializers.ListField(child=serializers.CharField())
+    entries = LineageEntryOutput(many=True)
+    tables = serializers.ListField(
+        child=serializers.CharField(), help_text="The tables its statements that ran read."
+    )
+    columns = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="The columns they read: table.column, or column when its table cannot be told.",
+    )
+
+
+class SqlResultOutput(serializers.Serializer):
+    """The rows of the run's last ``run_sql`` query that returned any, and, once a run on
+    datasources finished, its ``lineage`` (a run without such a query: ``lineage`` only)."""
+
+    datasource = serializers.CharField(required=False, help_text="The datasource it ran on.")
+    sql = serializers.CharField(required=False, help_text="The statement.")
+    columns = serializers.ListField(child=serializers.CharField(), required=False)
     rows = serializers.ListField(
         child=serializers.ListField(child=serializers.JSONField()),
+        required=False,
         help_text="The first PAW_SQL_RESULT_ROWS rows, one list of values per row.",
     )
     row_count = serializers.IntegerField(
-        help_text="Rows the statement returned (counted up to 100,000)."
+        required=False, help_text="Rows the statement returned (counted up to 100,000)."
     )
-    truncated = serializers.BooleanField(help_text="Fewer rows here than the statement returned.")
+    truncated = serializers.BooleanField(
+        required=False, help_text="Fewer rows here than the statement returned."
+    )
+    lineage = LineageOutput(
+        required=False,
+        help_text="What the answer rests on; set when a run on datasources finishes.",
+    )
     verified = VerifiedQueryOutput(
         required=False,
         help_text="Present when the statement is a verified example's (compared as parsed "
@@ -127,7 +163,8 @@ class RunOutput(VersionFieldsMixin, serializers.ModelSerializer):
     )
     result = SqlResultOutput(
         allow_null=True,
-        help_text="The last run_sql of the run that returned rows, or null.",
+        help_text="The last run_sql of the run that returned rows and, once a run on "
+        "datasources finished, its lineage; null when neither.",
     )
     usage = serializers.SerializerMethodField()
     answer_html = serializers.SerializerMethodField(
@@ -304,8 +341,9 @@ class SqlAskApi(APIView):
         tools `run_sql`, `search_knowledge` and `ask_user`, in `conversation` or a new one:
         202 with the queued run (`id`, `conversation_id`, `status` …). Follow it like any
         run; once finished, `GET .../runs/{id}` has `result`: `{sql, columns, rows,
-        row_count, truncated}`, and `verified` when the SQL is a verified example's. A
-        statement that changes data still waits for an approval."""
+        row_count, truncated, lineage}` (`lineage`: the knowledge, tables and columns the
+        answer rests on), and `verified` when the SQL is a verified example's. A statement
+        that changes data still waits for an approval."""
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         values = data.validated_data

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from conversations.models import Approval, Run
+from conversations.selectors.lineage import run_lineage_of
 
 
 def event_message(event: Any) -> dict[str, Any]:
@@ -33,6 +34,8 @@ def run_status_message(run: Run) -> dict[str, Any]:
         "created_at": run.created_at.isoformat(),
         "started_at": run.started_at.isoformat() if run.started_at else None,
         "finished_at": run.finished_at.isoformat() if run.finished_at else None,
+        # What a finished run's answer rests on (result.lineage), or None.
+        "lineage": run_lineage_of(run),
     }
 
 

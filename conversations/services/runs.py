@@ -31,6 +31,7 @@ from conversations.services.events import (
     notice_append,
     run_status_publish,
 )
+from conversations.services.lineage import run_result_with_lineage
 from paw_project import metrics
 from paw_project.errors import Conflict, InvalidRequest, NotFound
 from sandboxes.enqueue import run_cancel_enqueue, run_execute_enqueue
@@ -530,6 +531,7 @@ def _finish(run: Run, *, status: str, errors: list[dict[str, str]]) -> None:
     run.errors = errors
     run.finished_at = timezone.now()
     run.usage = usage_normalize(run.usage)
+    run.result = run_result_with_lineage(run)  # what its answer rests on
     run.save()
     usage_record(run=run)
     # A question nobody can answer any more is closed with the run.

@@ -48,6 +48,18 @@ class KnowledgeEntryOutput(serializers.Serializer):
         help_text="Why runs are not given this entry until an operator acts (empty: they "
         "are): an example whose SQL the current rule does not call a read."
     )
+    stale_error = serializers.CharField(
+        help_text="Examples: the database's error when the last schema refresh ran it "
+        "again (empty: it passed). Runs are not given a stale example until its SQL passes "
+        "again (the next refresh, or saving it)."
+    )
+    stale_since = serializers.DateTimeField(
+        allow_null=True, help_text="Since when it is stale (null: it is not)."
+    )
+    checked_at = serializers.DateTimeField(
+        allow_null=True,
+        help_text="Examples: when its SQL last ran (saved or re-checked by a refresh).",
+    )
     verified_by = serializers.CharField(
         source="verified_by.username",
         allow_null=True,
@@ -303,9 +315,9 @@ class DatasourceDetailApi(APIView):
                 ],
             },
             "docs": entries.filter(kind=KnowledgeEntry.Kind.DOC)[:USER_LIST_LIMIT],
-            # A flagged example is not given to runs: not part of what the agent knows.
-            "examples": entries.filter(kind=KnowledgeEntry.Kind.EXAMPLE, flag_reason="")[
-                :USER_LIST_LIMIT
-            ],
+            # A flagged or stale example is not given to runs: not what the agent knows.
+            "examples": entries.filter(
+                kind=KnowledgeEntry.Kind.EXAMPLE, flag_reason="", stale_since__isnull=True
+            )[:USER_LIST_LIMIT],
         }
         return Response(self.OutputSerializer(data).data)

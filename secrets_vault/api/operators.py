@@ -18,7 +18,13 @@ from paw_project.adminkit import operator_write_log
 from paw_project.api import JsonTypedSerializer, StrictSerializer, error_responses, list_output
 from paw_project.errors import InvalidRequest, NotFound
 from secrets_vault.models import Datasource, DatasourceCredential, Secret
-from secrets_vault.selectors import datasource_credentials, datasource_list, secret_list_all
+from secrets_vault.selectors import (
+    datasource_credentials,
+    datasource_list,
+    datasource_stale_examples,
+    datasources_with_stale_examples,
+    secret_list_all,
+)
 from secrets_vault.services import (
     datasource_create,
     datasource_credential_create,
@@ -217,8 +223,22 @@ class AdminDatasourceOutput(serializers.Serializer):
     schema_error = serializers.CharField(
         help_text="Why the last schema refresh failed (the database's error), or empty."
     )
+    schema_changes = serializers.JSONField(
+        help_text="What the last schema refresh changed compared to the harvest before: "
+        '{"at", "first_harvest", "tables_added": [...], "tables_removed": [...], '
+        '"columns_added": {table: [...]}, "columns_removed": {table: [...]}, '
+        '"columns_retyped": {table: [{"column", "from", "to"}]}, "examples": {"checked", '
+        '"stale", "unstaled", "pending"}}; {} before the first refresh.'
+    )
+    stale_examples = serializers.SerializerMethodField(
+        help_text="How many of its examples are stale (failed when the last refresh ran "
+        "them again; not given to runs)."
+    )
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
+
+    def get_stale_examples(self, datasource: Datasource) -> int:
+        return datasource_stale_examples(datasource)
 
 
 class AdminDatasourceInput(StrictSerializer):
@@ -256,7 +276,7 @@ class AdminDatasourceInput(StrictSerializer):
 
 def _datasources() -> QuerySet[Datasource]:
     """Every datasource, with what the output shows of its teams and credentials."""
-    return datasource_list(enabled_only=False).prefetch_related(
+    return datasources_with_stale_examples(datasource_list(enabled_only=False)).prefetch_related(
         "teams",
         Prefetch("credentials", queryset=DatasourceCredential.objects.select_related("team")),
     )

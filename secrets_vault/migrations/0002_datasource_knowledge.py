@@ -65,50 +65,85 @@ def _run(statements_by_vendor):
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('secrets_vault', '0001_initial'),
+        ("secrets_vault", "0001_initial"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='datasource',
-            name='knowledge_version',
+            model_name="datasource",
+            name="knowledge_version",
             field=models.PositiveIntegerField(default=0, editable=False),
         ),
         migrations.AddField(
-            model_name='datasource',
-            name='schema_error',
-            field=models.TextField(blank=True, default='', editable=False),
+            model_name="datasource",
+            name="schema_error",
+            field=models.TextField(blank=True, default="", editable=False),
         ),
         migrations.AddField(
-            model_name='datasource',
-            name='schema_refreshed_at',
+            model_name="datasource",
+            name="schema_refreshed_at",
             field=models.DateTimeField(blank=True, editable=False, null=True),
         ),
         migrations.AddField(
-            model_name='datasource',
-            name='schema_requested_at',
+            model_name="datasource",
+            name="schema_requested_at",
             field=models.DateTimeField(blank=True, editable=False, null=True),
         ),
         migrations.CreateModel(
-            name='KnowledgeEntry',
+            name="KnowledgeEntry",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('kind', models.CharField(choices=[('schema', 'Schema'), ('doc', 'Doc'), ('example', 'Example')], max_length=16)),
-                ('title', models.CharField(max_length=300)),
-                ('text', models.TextField(blank=True, default='')),
-                ('sql', models.TextField(blank=True, default='', help_text='Examples only: the SQL that answers the question.')),
-                ('vector', models.BinaryField(blank=True, null=True)),
-                ('vector_model', models.CharField(blank=True, default='', editable=False, max_length=200)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now, editable=False)),
-                ('updated_at', models.DateTimeField(default=django.utils.timezone.now, editable=False)),
-                ('datasource', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='knowledge', to='secrets_vault.datasource')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[("schema", "Schema"), ("doc", "Doc"), ("example", "Example")],
+                        max_length=16,
+                    ),
+                ),
+                ("title", models.CharField(max_length=300)),
+                ("text", models.TextField(blank=True, default="")),
+                (
+                    "sql",
+                    models.TextField(
+                        blank=True,
+                        default="",
+                        help_text="Examples only: the SQL that answers the question.",
+                    ),
+                ),
+                ("vector", models.BinaryField(blank=True, null=True)),
+                (
+                    "vector_model",
+                    models.CharField(blank=True, default="", editable=False, max_length=200),
+                ),
+                (
+                    "created_at",
+                    models.DateTimeField(default=django.utils.timezone.now, editable=False),
+                ),
+                (
+                    "updated_at",
+                    models.DateTimeField(default=django.utils.timezone.now, editable=False),
+                ),
+                (
+                    "datasource",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="knowledge",
+                        to="secrets_vault.datasource",
+                    ),
+                ),
             ],
             options={
-                'verbose_name_plural': 'knowledge entries',
-                'ordering': ('kind', 'title', 'id'),
-                'indexes': [models.Index(fields=['datasource', 'kind'], name='knowledge_datasource_kind')],
+                "verbose_name_plural": "knowledge entries",
+                "ordering": ("kind", "title", "id"),
+                "indexes": [
+                    models.Index(fields=["datasource", "kind"], name="knowledge_datasource_kind")
+                ],
             },
         ),
         migrations.RunPython(

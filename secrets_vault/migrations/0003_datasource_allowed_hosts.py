@@ -4,15 +4,18 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('secrets_vault', '0002_datasource_knowledge'),
+        ("secrets_vault", "0002_datasource_knowledge"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='datasource',
-            name='allowed_hosts',
-            field=models.JSONField(blank=True, default=list, help_text='More destinations an isolated sandbox may reach when a run uses this datasource (its own host and port always are): e.g. ["api.internal:443", "*.corp.example"]; host, host:port or *.domain[:port], at most 20.'),
+            model_name="datasource",
+            name="allowed_hosts",
+            field=models.JSONField(
+                blank=True,
+                default=list,
+                help_text='More destinations an isolated sandbox may reach when a run uses this datasource (its own host and port always are): e.g. ["api.internal:443", "*.corp.example"]; host, host:port or *.domain[:port], at most 20.',
+            ),
         ),
     ]

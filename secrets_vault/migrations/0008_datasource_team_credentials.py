@@ -8,32 +8,84 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('auth', '0012_alter_user_first_name_max_length'),
-        ('secrets_vault', '0007_provider_access_and_model_limits'),
+        ("auth", "0012_alter_user_first_name_max_length"),
+        ("secrets_vault", "0007_provider_access_and_model_limits"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='DatasourceCredential',
+            name="DatasourceCredential",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('db_user', models.CharField(help_text="The user its members' runs connect as (may use global {secret:NAME} placeholders, like the datasource's user).", max_length=200, verbose_name='database user')),
-                ('password', models.CharField(blank=True, default='', help_text='A {secret:NAME} placeholder (never the password itself), or empty for none.', max_length=200)),
-                ('priority', models.IntegerField(default=0, help_text='When a person is in several teams with their own credentials here, the highest priority wins.')),
-                ('user_privileges', models.JSONField(blank=True, default=dict, editable=False)),
-                ('privileges_checked_at', models.DateTimeField(blank=True, editable=False, null=True)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now, editable=False)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('datasource', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='credentials', to='secrets_vault.datasource')),
-                ('team', models.ForeignKey(help_text="Its members' runs connect with these credentials.", on_delete=django.db.models.deletion.CASCADE, related_name='datasource_credentials', to='auth.group')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "db_user",
+                    models.CharField(
+                        help_text="The user its members' runs connect as (may use global {secret:NAME} placeholders, like the datasource's user).",
+                        max_length=200,
+                        verbose_name="database user",
+                    ),
+                ),
+                (
+                    "password",
+                    models.CharField(
+                        blank=True,
+                        default="",
+                        help_text="A {secret:NAME} placeholder (never the password itself), or empty for none.",
+                        max_length=200,
+                    ),
+                ),
+                (
+                    "priority",
+                    models.IntegerField(
+                        default=0,
+                        help_text="When a person is in several teams with their own credentials here, the highest priority wins.",
+                    ),
+                ),
+                ("user_privileges", models.JSONField(blank=True, default=dict, editable=False)),
+                (
+                    "privileges_checked_at",
+                    models.DateTimeField(blank=True, editable=False, null=True),
+                ),
+                (
+                    "created_at",
+                    models.DateTimeField(default=django.utils.timezone.now, editable=False),
+                ),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "datasource",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="credentials",
+                        to="secrets_vault.datasource",
+                    ),
+                ),
+                (
+                    "team",
+                    models.ForeignKey(
+                        help_text="Its members' runs connect with these credentials.",
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="datasource_credentials",
+                        to="auth.group",
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'team credential',
-                'verbose_name_plural': 'team credentials',
-                'ordering': ('-priority', 'team__name'),
-                'constraints': [models.UniqueConstraint(fields=('datasource', 'team'), name='datasource_credential_team_unique', violation_error_message='This team already has its credentials on this datasource.')],
+                "verbose_name": "team credential",
+                "verbose_name_plural": "team credentials",
+                "ordering": ("-priority", "team__name"),
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("datasource", "team"),
+                        name="datasource_credential_team_unique",
+                        violation_error_message="This team already has its credentials on this datasource.",
+                    )
+                ],
             },
         ),
     ]

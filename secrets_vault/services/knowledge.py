@@ -19,7 +19,9 @@ import json
 import logging
 import math
 import sqlite3
+import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +43,7 @@ from secrets_vault.embeddings import (
 from secrets_vault.introspection import schema_harvest
 from secrets_vault.masking import mask_text
 from secrets_vault.models import Datasource, KnowledgeEntry
+from secrets_vault.schema_changes import schema_diff, schema_structure
 from secrets_vault.selectors import datasources_for_user, knowledge_unembedded
 from secrets_vault.services.datasources import datasource_resolved
 from secrets_vault.vectors import vector_bytes
@@ -54,6 +57,11 @@ logger = logging.getLogger(__name__)
 #: schema harvest.
 EXAMPLE_TIMEOUT = 10.0
 SCHEMA_TIMEOUT = 30.0
+#: Seconds after a schema refresh began (the harvest included) past which it starts no
+#: more re-checks of its examples (each within :data:`EXAMPLE_TIMEOUT`): the refresh is a
+#: worker task within ``PAW_TASK_SOFT_TIME_LIMIT`` (60 s by default). Examples not reached
+#: wait for the next refresh, which takes the least recently checked first.
+RECHECK_BUDGET_SECONDS = 25.0
 #: Longest title and text of an entry (characters).
 MAX_TITLE = 300
 MAX_TEXT = 50_000
@@ -108,6 +116,14 @@ def knowledge_example_check(*, datasource: Datasource, sql: str, user: User | No
     at; as ``datasource_resolve`` for the connection.
     """
     connection, masked = datasource_resolved(datasource=datasource, user=user)
+    _example_run(datasource=datasource, connection=connection, masked=masked, sql=sql)
+
+
+def _example_run(
+    *, datasource: Datasource, connection: dict[str, Any], masked: dict[str, str], sql: str
+) -> None:
+    """:func:`knowledge_example_check` on *resolved* ``connection`` settings (``masked``:
+    the secret values to mask in an error)."""
     try:
         query_check(
             dialect=datasource.dialect, connection=connection, sql=sql, timeout=EXAMPLE_TIMEOUT
@@ -179,6 +195,7 @@ def knowledge_entry_create(
             title=title.strip(),
             text=text,
             sql=sql.strip(),
+            checked_at=now if kind == KnowledgeEntry.Kind.EXAMPLE else None,
             created_at=now,
             updated_at=now,
         )
@@ -192,22 +209,28 @@ def knowledge_entry_update(
     *, entry: KnowledgeEntry, user: User | None, checked: bool = False, **fields: Any
 ) -> KnowledgeEntry:
     """Change ``title``, ``text`` or ``sql`` of a doc or an example (same rules as
-    :func:`knowledge_entry_create`; a changed SQL is checked again, and clears the
-    example's verification: :func:`knowledge_entry_verify`). Schema entries are
-    the database's: refused with ``schema_is_harvested``. ``TypeError`` for other
-    fields (a programming error)."""
+    :func:`knowledge_entry_create`; a changed SQL is checked again, and so is the SQL of a
+    stale example, changed or not: passing clears ``stale_error``/``stale_since``; a
+    changed SQL clears the example's verification: :func:`knowledge_entry_verify`).
+    Schema entries are the database's: refused with ``schema_is_harvested``.
+    ``TypeError`` for other fields (a programming error)."""
     unknown = set(fields) - {"title", "text", "sql"}
     if unknown:
         raise TypeError(f"not updatable: {sorted(unknown)}")
     values = {"title": entry.title, "text": entry.text, "sql": entry.sql, **fields}
     _fields_check(kind=entry.kind, **values)
-    if entry.kind == KnowledgeEntry.Kind.EXAMPLE and values["sql"] != entry.sql and not checked:
+    example = entry.kind == KnowledgeEntry.Kind.EXAMPLE
+    run_sql = example and (values["sql"] != entry.sql or entry.stale_since is not None)
+    if run_sql and not checked:
         knowledge_example_check(datasource=entry.datasource, sql=values["sql"], user=user)
     with transaction.atomic():
         if values["sql"].strip() != entry.sql:
             entry.flag_reason = ""  # its new SQL passed the check (here or by the caller)
             # What was verified is the old SQL: the new one must be verified again.
             entry.verified_by, entry.verified_at, entry.verified_version = None, None, None
+        if run_sql:  # it passed (here or by the caller)
+            entry.stale_error, entry.stale_since = "", None
+            entry.checked_at = timezone.now()
         entry.title = values["title"].strip()
         entry.text = values["text"]
         entry.sql = values["sql"].strip()
@@ -308,13 +331,22 @@ def datasource_schema_refresh_request(*, datasource: Datasource, user: User | No
 def datasource_schema_refresh(*, datasource_id: int, user: User | None) -> int | None:
     """On the worker: read the datasource's tables and views from its live database
     (read-only, each statement within :data:`SCHEMA_TIMEOUT` seconds) and replace its
-    schema entries with one per table, in one transaction. Returns how many, or None when
-    it failed: the failure (the database's error, secret values masked) is recorded in
-    ``schema_error`` and the previous entries stay. A datasource deleted meanwhile is
-    left alone (None)."""
-    datasource = Datasource.objects.filter(pk=datasource_id).first()
+    schema entries with one per table, in one transaction; then run its examples again
+    (:func:`knowledge_examples_recheck`, after that transaction: none is held open while
+    they run). Returns how many tables, or None when it failed: the failure (the
+    database's error, secret values masked) is recorded in ``schema_error`` and the
+    previous entries stay. A datasource deleted meanwhile is left alone (None).
+
+    What changed since the previous harvest is recorded in ``schema_changes``
+    (``schema_changes.schema_diff``'s dict, plus ``"at"``, the refresh's time in ISO 8601,
+    and ``"examples"``, the re-check's summary), from the structure kept in
+    ``schema_tables``; the first harvest (none kept) has ``first_harvest`` true and every
+    table added.
+    """
+    datasource = Datasource.objects.defer("schema_tables").filter(pk=datasource_id).first()
     if datasource is None:
         return None
+    started = time.monotonic()
     masked: dict[str, str] = {}
     try:
         connection, masked = datasource_resolved(datasource=datasource, user=user)
@@ -326,10 +358,12 @@ def datasource_schema_refresh(*, datasource_id: int, user: User | None) -> int |
     except Exception as exc:  # any driver failure is the operator's answer
         return _schema_failed(datasource, mask_text(driver_message(exc), masked))
     now = timezone.now()
+    structure = schema_structure(tables)
     with transaction.atomic():
         locked = Datasource.objects.select_for_update().filter(pk=datasource_id).first()
         if locked is None:
             return None
+        changes = {"at": now.isoformat(), **schema_diff(locked.schema_tables, structure)}
         KnowledgeEntry.objects.filter(datasource=locked, kind=KnowledgeEntry.Kind.SCHEMA).delete()
         KnowledgeEntry.objects.bulk_create(
             KnowledgeEntry(
@@ -343,11 +377,97 @@ def datasource_schema_refresh(*, datasource_id: int, user: User | None) -> int |
             for table in tables
         )
         Datasource.objects.filter(pk=datasource_id).update(
-            schema_refreshed_at=now, schema_error="", knowledge_version=F("knowledge_version") + 1
+            schema_refreshed_at=now,
+            schema_error="",
+            schema_tables=structure,
+            schema_changes=changes,
+            knowledge_version=F("knowledge_version") + 1,
         )
         _embed_later(datasource_id)
     logger.info("datasource %s: schema refreshed, %d tables", datasource.slug, len(tables))
+    summary = knowledge_examples_recheck(
+        datasource=datasource,
+        connection=connection,
+        masked=masked,
+        since=now,
+        deadline=started + RECHECK_BUDGET_SECONDS,
+    )
+    # Only onto this refresh's record: a later refresh writes its own.
+    Datasource.objects.filter(pk=datasource_id, schema_refreshed_at=now).update(
+        schema_changes={**changes, "examples": summary}
+    )
     return len(tables)
+
+
+def knowledge_examples_recheck(
+    *,
+    datasource: Datasource,
+    connection: dict[str, Any],
+    masked: dict[str, str],
+    since: datetime,
+    deadline: float,
+) -> dict[str, int]:
+    """Run the datasource's examples again, read-only, each within :data:`EXAMPLE_TIMEOUT`
+    seconds, on *resolved* ``connection`` settings (``masked``: secret values to mask),
+    the least recently checked first, until the ``time.monotonic()`` ``deadline``; each
+    result is stored on its own (no transaction spans the queries).
+
+    One that fails (the database refuses it, it times out, or it is no longer a read by
+    the current rule) becomes *stale*: ``stale_error`` holds the database's error (masked),
+    ``stale_since`` when it first failed (kept while it keeps failing); one that passes is
+    not stale. A result is dropped when the example's SQL changed meanwhile. Examples
+    checked at or after ``since`` are not run again, nor flagged ones (``flag_reason``:
+    not a read by the current rule, never sent to the database). Bumps
+    ``knowledge_version`` when a stale state changed.
+
+    Returns ``{"checked", "stale", "unstaled", "pending"}``: examples run now, of them
+    those found failing and those that passed after being stale, and those the deadline
+    left for the next refresh.
+    """
+    examples = (
+        KnowledgeEntry.objects.filter(
+            datasource=datasource, kind=KnowledgeEntry.Kind.EXAMPLE, flag_reason=""
+        )
+        .exclude(checked_at__gte=since)
+        .order_by(F("checked_at").asc(nulls_first=True), "id")
+        .values_list("id", "sql", "stale_since")
+    )
+    todo = list(examples)
+    summary = {"checked": 0, "stale": 0, "unstaled": 0, "pending": 0}
+    for position, (entry_id, sql, stale_since) in enumerate(todo):
+        if time.monotonic() >= deadline:
+            summary["pending"] = len(todo) - position
+            break
+        try:
+            _example_run(datasource=datasource, connection=connection, masked=masked, sql=sql)
+            error = ""
+        except InvalidRequest as failed:
+            error = str(failed.extra.get("error") or failed.detail)[:5000]
+        checked = timezone.now()
+        update: dict[str, Any] = {"checked_at": checked, "stale_error": error}
+        if error:
+            update["stale_since"] = stale_since or checked
+        else:
+            update["stale_since"] = None
+        changed = bool(error) != (stale_since is not None)
+        with transaction.atomic():
+            # Not when its SQL was changed meanwhile (that save checked the new SQL).
+            done = KnowledgeEntry.objects.filter(pk=entry_id, sql=sql).update(**update)
+            if done and changed:
+                _version_bump(datasource.pk)
+        summary["checked"] += 1
+        if error:
+            summary["stale"] += 1
+        elif stale_since is not None:
+            summary["unstaled"] += 1
+    if summary["stale"] or summary["unstaled"]:
+        logger.info(
+            "datasource %s: examples re-checked: %d stale, %d no longer stale",
+            datasource.slug,
+            summary["stale"],
+            summary["unstaled"],
+        )
+    return summary
 
 
 def _schema_failed(datasource: Datasource, message: str) -> None:
@@ -430,9 +550,10 @@ class IndexSource:
 
 @dataclass(frozen=True)
 class RunKnowledge:
-    """What a run on datasources is given: ``entries`` (``[{"datasource", "kind",
+    """What a run on datasources is given: ``entries`` (``[{"id", "datasource", "kind",
     "title", "text", "sql"}]``, and ``"verified": true`` on a verified example; most
-    relevant first, within the token budget), the
+    relevant first, within the token budget; ``id`` is the ``KnowledgeEntry``'s, for the
+    run's lineage), the
     ``sources`` to make index files of for its ``search_knowledge`` tool
     (:func:`knowledge_index_write`), and the ``vector_model`` of their vectors ("" when
     embeddings are off)."""
@@ -453,7 +574,8 @@ def knowledge_for_run(
     configured, and entries still without a vector are embedded first, a batch at a time),
     packed greedily into ``PAW_KNOWLEDGE_CONTEXT_TOKENS`` (``context.context_select``:
     verified examples first among the examples; such an entry has ``"verified": true``);
-    a flagged entry (``flag_reason``) is never given. When nothing matches, the
+    a flagged entry (``flag_reason``) or a stale example (``stale_since``) is never
+    given. When nothing matches, the
     schema entries by title, so the agent at least knows the tables. ``sources``: the
     datasources with knowledge, at their current version. An embedding failure degrades
     to full-text (logged).
@@ -493,7 +615,7 @@ def knowledge_for_run(
         return item
 
     def cost(entry: KnowledgeEntry) -> int:
-        return tokens_of(json.dumps(item_of(entry), ensure_ascii=False))
+        return tokens_of(json.dumps(item_of(entry), ensure_ascii=False))  # what the model reads
 
     budget = settings.PAW_KNOWLEDGE_CONTEXT_TOKENS
     chosen = context_select(
@@ -516,7 +638,7 @@ def knowledge_for_run(
             if cost(entry) <= budget:
                 chosen.append(entry)
                 budget -= cost(entry)
-    entries = [item_of(entry) for entry in chosen]
+    entries = [{"id": entry.pk, **item_of(entry)} for entry in chosen]
     # Read after the embedding above: storing vectors bumped the versions.
     versions = (
         Datasource.objects.filter(pk__in=ids)
@@ -549,10 +671,11 @@ def knowledge_index_write(*, source: IndexSource, path: Path, vector_model: str)
     place of PAW's own; the node puts it into the sandbox): table ``meta``
     (``datasource``, ``name``, ``dialect``, ``version``, ``vector_model``), ``entries``
     (id, kind, title, text, sql, the float32 vector by ``vector_model`` or NULL, and
-    ``verified``: 1 for a verified example, else 0) and
+    ``verified``: 1 for a verified example, else 0; neither flagged entries nor stale
+    examples) and
     the FTS5 index ``entries_fts`` (porter stemming). Raises ``sqlite3.Error`` or
     ``OSError`` when it cannot be written."""
-    datasource = Datasource.objects.get(pk=source.datasource_id)
+    datasource = Datasource.objects.defer("schema_tables").get(pk=source.datasource_id)
     with contextlib.closing(sqlite3.connect(path)) as db:
         db.executescript(INDEX_SCHEMA)
         meta = {
@@ -563,9 +686,9 @@ def knowledge_index_write(*, source: IndexSource, path: Path, vector_model: str)
             "vector_model": vector_model,
         }
         db.executemany("INSERT INTO meta VALUES (?, ?)", meta.items())
-        rows = KnowledgeEntry.objects.filter(datasource=datasource, flag_reason="").values_list(
-            "id", "kind", "title", "text", "sql", "vector", "vector_model", "verified_at"
-        )
+        rows = KnowledgeEntry.objects.filter(
+            datasource=datasource, flag_reason="", stale_since__isnull=True
+        ).values_list("id", "kind", "title", "text", "sql", "vector", "vector_model", "verified_at")
         db.executemany(
             "INSERT INTO entries (id, kind, title, text, sql, vector, verified) "
             "VALUES (?, ?, ?, ?, ?, ?, ?)",

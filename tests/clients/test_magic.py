@@ -75,10 +75,14 @@ def notebook(base: str) -> nbformat.NotebookNode:
     return nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
 
 
-def execute(nb: nbformat.NotebookNode, answers: list[str], prompts: list[str], cwd) -> None:
+def execute(
+    nb: nbformat.NotebookNode, answers: list[str], prompts: list[str], cwd, replies=None
+) -> None:
     """Run ``nb`` in a fresh ipykernel, answering the kernel's input() requests with
     ``answers`` (each prompt recorded in ``prompts``): nbclient itself declines stdin, so
-    the test serves the kernel's stdin channel."""
+    the test serves the kernel's stdin channel. ``replies`` (a dict), when given, gets
+    each cell's ``execute_reply`` content by cell index (its ``payload``: what
+    ``set_next_input`` sent)."""
 
     async def serve_stdin(client: NotebookClient) -> None:
         while True:
@@ -99,9 +103,14 @@ def execute(nb: nbformat.NotebookNode, answers: list[str], prompts: list[str], c
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
+    def on_executed(cell=None, cell_index=None, execute_reply=None, **_):
+        if replies is not None:
+            replies[cell_index] = execute_reply["content"]
+
     runner = NotebookClient(
         nb, timeout=180, kernel_name="python3", resources={"metadata": {"path": str(cwd)}},
         on_notebook_start=on_start, on_notebook_complete=on_complete,
+        on_cell_executed=on_executed,
     )  # fmt: skip
     runner.execute()
 

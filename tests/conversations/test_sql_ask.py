@@ -95,6 +95,7 @@ def test_a_question_about_a_sqlite_datasource_gets_its_knowledge_only_sql_tools_
     run = finished_run(api, started.json())
     assert run["status"] == "done", run["errors"]
     assert run["tools"] == ["run_sql", "search_knowledge", "ask_user"]
+    lineage = run["result"].pop("lineage")  # what the answer rests on: tests/.../test_lineage.py
     assert run["result"] == {
         "datasource": "shop",
         "sql": query,
@@ -103,6 +104,7 @@ def test_a_question_about_a_sqlite_datasource_gets_its_knowledge_only_sql_tools_
         "row_count": 2,
         "truncated": False,
     }
+    assert (lineage["tables"], lineage["columns"]) == (["orders"], ["orders.day", "orders.total"])
     assert "| Sun | 43.25 |" in run["answer"]
     request = agent_request(scripted_model, question)
     assert [t["function"]["name"] for t in request["tools"]] == [
@@ -122,9 +124,7 @@ def test_a_postgresql_result_keeps_the_first_rows_and_says_it_is_truncated(
 ):
     worker_node.use(PAW_SQL_RESULT_ROWS="5")
     settings.PAW_SQL_RESULT_ROWS = 5
-    datasource_made(
-        slug="pg", name="PG", dialect="postgresql", connection=pg_datasource_settings()
-    )
+    datasource_made(slug="pg", name="PG", dialect="postgresql", connection=pg_datasource_settings())
     question = "Count to 150"
     scripted_model.load(
         script_for(
@@ -296,7 +296,10 @@ def test_the_demo_asked_about_another_datasource_does_not_query_demo_tips(
     run = finished_run(api, started.json())
     assert run["status"] == "done" and run["errors"] == [], run
     assert tool_calls_of(api, run) == []
-    assert run["result"] is None
+    # No query, so no rows; its lineage names the datasource and nothing read.
+    assert run["result"] == {
+        "lineage": {"datasources": ["shop"], "entries": [], "tables": [], "columns": []}
+    }
     assert "scripted demo" in run["answer"] and "about **shop**" in run["answer"]
     assert "from the **demo-tips** database" not in run["answer"]
 

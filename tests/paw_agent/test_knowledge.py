@@ -107,6 +107,12 @@ def test_a_runs_knowledge_reaches_the_model_and_search_knowledge_finds_more(
     assert none == "nothing found; try other words"
     assert wrong == "error: no knowledge of datasource 'nope'; there is: shop"
     assert [t["ok"] for t in notifies(lines, "tool")] == [True, True, False]
+    # The host's lineage reads which entries a search found (ids of the index, PAW's).
+    passengers = KnowledgeEntry.objects.get(title="passengers")
+    assert notifies(lines, "tool")[0]["entries"] == [
+        {"id": passengers.pk, "datasource": "shop", "kind": "schema", "title": "passengers"}
+    ]
+    assert "entries" not in notifies(lines, "tool")[1]  # nothing found
     # The knowledge is this run's: the next run without it neither sees nor offers it.
     model.load(script())
     runtime.submit("And now?", run_id="run-2")

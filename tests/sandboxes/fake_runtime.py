@@ -48,6 +48,11 @@ workspace) at start and again for every submit, so one worker serves every mode.
   same ``tool`` line again (a replayed line), a ``tool`` line of a ``run_sql`` it never
   announced, then announces a second read and exits with code 3 before its result (for
   the audit of data access).
+- ``forged-lineage ID… -- FAILED``: on submit writes start, a ``search_knowledge`` call
+  and its ``tool`` line naming the entries ``ID…`` (each with a made-up kind and title
+  ``FORGED``, plus an id that is a string and one that is a boolean), a failed
+  ``search_knowledge`` naming the entry ``FAILED``, then a ``run_sql`` read of ``orders`` joined with
+  ``customers`` on datasource ``shop`` (ok by its word), then a result (for the lineage).
 - ``stubborn``: on submit starts ``sleep 300`` in a session of its own with an empty
   environment (``setsid env -i``; its pid in the file ``stubborn.pid``), then streams a
   delta every 0.1 s for ever: ``cancel`` and ``shutdown`` are ignored (noted once on
@@ -185,7 +190,11 @@ def sql_replay(run_id: str) -> None:
 
     def call(query: str) -> dict:
         arguments = {"datasource": "shop", "query": query}
-        return {"name": "run_sql", "args": {k: repr(v) for k, v in arguments.items()}, "input": arguments}
+        return {
+            "name": "run_sql",
+            "args": {k: repr(v) for k, v in arguments.items()},
+            "input": arguments,
+        }
 
     first = "SELECT day FROM orders"
     tool = {"name": "run_sql", "ok": True, "summary": "(3 rows)",
@@ -194,9 +203,45 @@ def sql_replay(run_id: str) -> None:
     out({"seq": 3, "type": "notify", "kind": "tool", "data": tool, "run_id": run_id})
     out({"seq": 3, "type": "notify", "kind": "tool", "data": tool, "run_id": run_id})
     out({"seq": 4, "type": "notify", "kind": "tool", "data": tool, "run_id": run_id})
-    out({"seq": 5, "type": "notify", "kind": "tool_calls", "data": [call("SELECT 2")], "run_id": run_id})
+    out(
+        {
+            "seq": 5,
+            "type": "notify",
+            "kind": "tool_calls",
+            "data": [call("SELECT 2")],
+            "run_id": run_id,
+        }
+    )
     time.sleep(0.5)  # the lines are read before the exit
     os._exit(3)
+
+
+def forged_lineage(run_id: str, ids: list[int], failed: int) -> None:
+    """See ``forged-lineage`` in the module docstring."""
+    search = {"name": "search_knowledge", "args": {"query": "'x'"}, "input": {"query": "x"}}
+    named = [{"id": i, "datasource": "shop", "kind": "example", "title": "FORGED"} for i in ids]
+    named += [{"id": str(ids[0])}, {"id": True}, "junk"]
+    query = "SELECT c.name, o.total FROM orders o JOIN customers c ON c.id = o.customer_id"
+    arguments = {"datasource": "shop", "query": query}
+    sql = {
+        "name": "run_sql",
+        "args": {k: repr(v) for k, v in arguments.items()},
+        "input": arguments,
+    }
+    lines = [
+        {"kind": "tool_calls", "data": [search]},
+        {"kind": "tool", "data": {"name": "search_knowledge", "ok": True, "summary": "found",
+                                  "entries": named}},
+        {"kind": "tool_calls", "data": [search]},
+        {"kind": "tool", "data": {"name": "search_knowledge", "ok": False, "summary": "failed",
+                                  "entries": [{"id": failed}]}},
+        {"kind": "tool_calls", "data": [sql]},
+        {"kind": "tool", "data": {"name": "run_sql", "ok": True, "summary": "(1 rows)",
+                                  "sql_run": {"duration_ms": 1, "row_count": 1, "error": None}}},
+    ]  # fmt: skip
+    for seq, line in enumerate(lines, start=2):
+        out({"seq": seq, "type": "notify", **line, "run_id": run_id})
+    result(run_id, len(lines) + 2, "Based on what I found.")
 
 
 def garbage(run_id: str) -> None:
@@ -374,6 +419,9 @@ def main() -> None:
             leak_forms(run_id, os.environ.get(words[1], ""))
         elif words[0] == "sql-replay":
             sql_replay(run_id)
+        elif words[0] == "forged-lineage":
+            cut = words.index("--")
+            forged_lineage(run_id, [int(w) for w in words[1:cut]], int(words[cut + 1]))
         elif words[0] == "stubborn":
             stubborn(run_id)
         elif words[0] == "deaf":

@@ -4,7 +4,7 @@
   and :class:`Run` handles; a run's events from the websocket exactly once, in order,
   across reconnects; approvals through ``on_approval`` or :class:`ApprovalRequired`.
 - ``paw``: the terminal command (:mod:`paw_client.cli`).
-- ``%load_ext paw_client``: the ``%paw_connect`` and ``%%agent`` IPython magics
+- ``%load_ext paw_client``: the ``%paw_connect``, ``%%agent`` and ``%agent fix`` IPython magics
   (:mod:`paw_client.magic`).
 
 There is no asyncio twin (``AsyncClient``): see docs/client.md for why and what to use.

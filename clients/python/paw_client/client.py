@@ -550,7 +550,9 @@ class Client:
         """``POST /api/sql/ask``: a run that answers ``question`` with SQL on
         ``datasource`` (tools ``run_sql``, ``search_knowledge``, ``ask_user`` only), in
         ``conversation`` or a new one. Follow it like any run; the finished run's
-        ``result`` is ``{sql, columns, rows, row_count, truncated}`` (or ``None``).
+        ``result`` is ``{sql, columns, rows, row_count, truncated, lineage}`` (``lineage``:
+        what the answer rests on, docs/data.md; ``{lineage}`` alone when no query
+        returned rows).
         Errors as :meth:`start_run`."""
         after = 0
         body: dict[str, Any] = {"datasource": datasource, "question": question}
@@ -845,7 +847,10 @@ class Run:
         self.datasources: list[str] = list(data.get("datasources") or [])
         self.kind: str = data.get("kind") or "chat"
         #: ``{datasource, sql, columns, rows, row_count, truncated}`` of the run's last
-        #: ``run_sql`` that returned rows (``POST /api/sql/ask`` runs above all), or None.
+        #: ``run_sql`` that returned rows (``POST /api/sql/ask`` runs above all) and, once
+        #: a run on datasources finished, ``lineage`` (``{datasources, entries, tables,
+        #: columns}``: what its answer rests on; the only key of a run without such a
+        #: query); None for a run on no datasource without rows.
         self.result: dict[str, Any] | None = data.get("result")
         self.usage: Usage = Usage.from_json(data.get("usage"))
         self.created: datetime | None = parse_time(data.get("created"))

@@ -34,6 +34,9 @@ class RunView:
     plan: list[dict[str, Any]] = field(default_factory=list)
     notices: list[str] = field(default_factory=list)
     result: dict[str, Any] | None = None
+    #: The statements of the run's ``run_sql`` calls that returned rows, in order, each
+    #: once (the ``sql`` of their ``notify tool`` ``sql_result``).
+    sql: list[str] = field(default_factory=list)
     #: The row the latest ``tool`` / ``tool_done`` change was about.
     last_tool: ToolRow | None = None
 
@@ -72,6 +75,15 @@ class RunView:
             row.status = "ok" if data.get("ok", True) else "error"
             row.summary = str(data.get("summary") or "")
             self.last_tool = row
+            found = data.get("sql_result")
+            statement = found.get("sql") if isinstance(found, dict) else ""
+            if (
+                row.status == "ok"
+                and statement
+                and isinstance(statement, str)
+                and statement not in self.sql
+            ):
+                self.sql.append(statement)
             return "tool_done"
         if event.kind == "todos":
             steps = data.get("todos") if isinstance(data, dict) else data

@@ -107,8 +107,9 @@ class RunView {
     this.promptEl.append(el("span", { class: "visually-hidden" }, "You: "), this.promptText);
     this.stepsEl = el("div", { class: "steps" });
     this.answerEl = el("div", { class: "answer", hidden: true });
+    this.lineageEl = el("p", { class: "lineage", hidden: true });
     this.errorsEl = el("div", { class: "run-errors" });
-    this.agentEl = el("div", { class: "agent", role: "group", "aria-label": "The agent" }, this.stepsEl, this.answerEl, this.errorsEl);
+    this.agentEl = el("div", { class: "agent", role: "group", "aria-label": "The agent" }, this.stepsEl, this.answerEl, this.lineageEl, this.errorsEl);
     this.statusEl = el("span", { class: "status" });
     this.modelEl = el("span", { class: "model" });
     this.tokensEl = el("span", { class: "tokens" });
@@ -137,7 +138,10 @@ class RunView {
    * runtime's own result line, which PAW's final word replaces: a run PAW ended itself —
    * a policy violation, a budget — reads "cancelled" there but is an error).
    */
-  setStatus({ status, errors, usage, model, provider }, { guessed = false } = {}) {
+  setStatus({ status, errors, usage, model, provider, result, lineage }, { guessed = false } = {}) {
+    // What the answer rests on: a run's `result.lineage`, a `run.status` message's `lineage`.
+    if (lineage !== undefined) this.setLineage(lineage);
+    else if (result !== undefined) this.setLineage(result && result.lineage);
     // Messages can cross (a "queued" announced after the worker's "starting"): a run
     // never goes back, and an ended run stays ended.
     const order = { queued: 0, starting: 1, running: 2 };
@@ -161,6 +165,27 @@ class RunView {
     if (model !== undefined) this.model = model || "";
     const demo = this.transcript.demoProvider && this.provider === this.transcript.demoProvider;
     this.modelEl.textContent = demo ? "scripted demo" : this.model;
+  }
+
+  /**
+   * "Based on: `orders`, `customers`; doc Revenue; example Monthly revenue" under the
+   * answer: the tables its statements read, then the docs and examples it was given or
+   * retrieved (PAW's own record, docs/data.md). Nothing when it names none of them.
+   */
+  setLineage(lineage) {
+    const parts = [];
+    const tables = (lineage && Array.isArray(lineage.tables) && lineage.tables) || [];
+    if (tables.length) parts.push(tables.flatMap((name, i) => [...(i ? [", "] : []), el("code", {}, String(name))]));
+    const entries = (lineage && Array.isArray(lineage.entries) && lineage.entries) || [];
+    for (const [kind, one, many] of [["doc", "doc", "docs"], ["example", "example", "examples"]]) {
+      const titles = entries.filter((entry) => entry && entry.kind === kind).map((entry) => String(entry.title || ""));
+      if (!titles.length) continue;
+      parts.push([`${titles.length === 1 ? one : many} `, ...titles.flatMap((title, i) => [...(i ? [", "] : []), el("em", {}, title)])]);
+    }
+    this.lineageEl.replaceChildren(
+      ...(parts.length ? ["Based on: ", ...parts.flatMap((part, i) => [...(i ? ["; "] : []), ...part])] : []),
+    );
+    this.lineageEl.hidden = !parts.length;
   }
 
   setUsage(usage) {
