@@ -582,6 +582,8 @@ def verified_example_matching(*, datasource_slug: str, sql: str) -> KnowledgeEnt
         if canonical_sql(example.sql, dialect=datasource.dialect) == wanted:
             return example
     return None
+
+
 def knowledge_entries_named(
     *, entry_ids: list[int], datasource_slugs: list[str]
 ) -> dict[int, dict[str, Any]]:
