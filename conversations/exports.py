@@ -103,6 +103,9 @@ class Turn:
     errors: list[str] = field(default_factory=list)
     cancelled: bool = False
     created: datetime | None = None
+    #: The title of the verified example whose SQL the run's result ran (PAW's
+    #: ``Run.result["verified"]``), else "".
+    verified: str = ""
     lineage: dict[str, Any] | None = None
 
 
@@ -112,6 +115,11 @@ class _TurnReader:
     def __init__(self, run_id: UUID, run: Run | None) -> None:
         self.turn = Turn(run_id=run_id, prompt=run.prompt if run else "")
         self.turn.created = run.created_at if run else None
+        verified = (
+            (run.result or {}).get("verified") if run and isinstance(run.result, dict) else None
+        )
+        if isinstance(verified, dict):
+            self.turn.verified = str(verified.get("title") or "")
         self.turn.lineage = run_lineage_of(run)
         self.run = run
         self.pending = ""  # streamed text not yet followed by a tool call or the result
@@ -355,6 +363,8 @@ def _write_markdown(conversation: Conversation, out: IO[bytes], _: EventForm) ->
                 emit("\n\n".join(lines))
             if turn.answer:
                 emit("**Answer**\n\n" + turn.answer)
+            if turn.verified:
+                emit(f"*✓ Verified query: {turn.verified}*")
             if based_on := lineage_summary(turn.lineage):
                 emit(based_on)
             if turn.cancelled:

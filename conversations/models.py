@@ -122,9 +122,10 @@ class Run(models.Model):
     # workspace; conversations.services.attachments checks them). Empty: none.
     attachments = models.JSONField(default=list, blank=True)
     # The last run_sql of the run that returned rows: {"datasource", "sql", "columns",
-    # "rows" (the first PAW_SQL_RESULT_ROWS), "row_count", "truncated"}; null before.
-    # A finished run on datasources also has "lineage" there (conversations.services.
-    # lineage): what its answer rests on.
+    # "rows" (the first PAW_SQL_RESULT_ROWS), "row_count", "truncated"}, and "verified":
+    # {"id", "title", "datasource", "verified_at"} when its SQL is a verified example's
+    # (run_effects.verified_query_of); null before. A finished run on datasources also
+    # has "lineage" there (conversations.services.lineage): what its answer rests on.
     result = models.JSONField(null=True, blank=True)
     # The knowledge entries the worker gave the run with its submit, from PAW's own rows:
     # [{"id", "kind", "title", "datasource"}] (its lineage's "given" entries).

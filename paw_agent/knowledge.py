@@ -2,11 +2,15 @@
 the prompt, and the index files ``search_knowledge`` queries for more.
 
 A submit op may carry ``knowledge``: ``{"entries": [{"datasource", "kind", "title",
-"text", "sql"}], "indexes": [{"datasource", "path"}]}`` (paths relative to the
-workspace; docs/runtime.md). Each index is an SQLite file PAW wrote (read-only in the
+"text", "sql", "verified"?}], "indexes": [{"datasource", "path"}]}`` (paths relative to
+the workspace; docs/runtime.md). Each index is an SQLite file PAW wrote (read-only in the
 jail): table ``meta`` (``datasource``, ``vector_model`` …), ``entries`` (id, kind, title,
-text, sql, vector) and the FTS5 index ``entries_fts``. The runtime never reaches PAW's
-database.
+text, sql, vector, verified) and the FTS5 index ``entries_fts``. The runtime never
+reaches PAW's database.
+
+A *verified* example (a staff member checked it) is labelled ``[example, verified]``, and
+verified examples come first among the examples of a search's results, as among those
+PAW chose for the prompt (:func:`verified_examples_first`).
 
 Search is hybrid like PAW's own: FTS5 ``bm25`` over the query's words (OR-ed), merged by
 reciprocal rank fusion (k = 60) with cosine similarity of the entries' vectors when the
@@ -50,7 +54,7 @@ class Knowledge:
     search; ``embedding`` is ``(base_url, model, api_key)`` of the query embedder or
     None."""
 
-    entries: list[dict[str, str]] = field(default_factory=list)
+    entries: list[dict[str, Any]] = field(default_factory=list)
     indexes: list[Index] = field(default_factory=list)
     embedding: tuple[str, str, str] | None = None
 
@@ -67,12 +71,13 @@ class Knowledge:
         for entry in entries:
             if not isinstance(entry, dict):
                 raise KnowledgeError("each knowledge entry must be an object")
-            clean.append(
-                {
-                    key: str(entry.get(key) or "")
-                    for key in ("datasource", "kind", "title", "text", "sql")
-                }
-            )
+            item: dict[str, Any] = {
+                key: str(entry.get(key) or "")
+                for key in ("datasource", "kind", "title", "text", "sql")
+            }
+            if entry.get("verified") is True:
+                item["verified"] = True
+            clean.append(item)
         found = []
         for index in indexes:
             if not isinstance(index, dict) or not isinstance(index.get("path"), str):
@@ -103,6 +108,11 @@ class Knowledge:
             "What PAW knows about the datasources, chosen for this request (table "
             "descriptions, operators' notes, example queries; search_knowledge finds more):"
         ]
+        if any(entry.get("verified") for entry in self.entries):
+            lines[0] += (
+                "\nAn example marked verified was checked by a person: when it answers the "
+                "question, use its SQL as it is."
+            )
         lines += [format_entry(entry) for entry in self.entries]
         return "\n\n".join(lines)
 
@@ -120,7 +130,7 @@ class Knowledge:
             for score, entry in self._search_index(index, words, query, kind):
                 scored.append((score, position, entry))
         scored.sort(key=lambda item: (-item[0], item[1], item[2]["id"]))
-        return [entry for _, _, entry in scored[:limit]]
+        return verified_examples_first([entry for _, _, entry in scored])[:limit]
 
     def _search_index(
         self, index: Index, words: list[str], query: str, kind: str | None
@@ -149,8 +159,12 @@ class Knowledge:
             if not scores:
                 return []
             marks = ", ".join("?" for _ in scores)
+            columns = {row[1] for row in db.execute("PRAGMA table_info(entries)")}
+            # An index written before PAW knew verified examples has no such column.
+            verified = "verified" if "verified" in columns else "0"
             rows = db.execute(
-                f"SELECT id, kind, title, text, sql FROM entries WHERE id IN ({marks})",  # noqa: S608
+                f"SELECT id, kind, title, text, sql, {verified} FROM entries "  # noqa: S608
+                f"WHERE id IN ({marks})",
                 list(scores),
             )
             return [
@@ -163,6 +177,7 @@ class Knowledge:
                         "title": row[2],
                         "text": row[3],
                         "sql": row[4],
+                        "verified": bool(row[5]),
                     },
                 )
                 for row in rows
@@ -217,13 +232,27 @@ def _by_similarity(db: sqlite3.Connection, vector: Any, where: str, params: list
     return [rows[i][0] for i in order]
 
 
+def verified_examples_first(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``entries`` (best first) with the examples among them reordered, verified ones
+    first (each group in its order); the places of the other kinds are kept. PAW's
+    ``secrets_vault.context.verified_examples_first`` is the same rule (on examples alone)."""
+    examples = iter(
+        sorted(
+            (e for e in entries if e.get("kind") == "example"),
+            key=lambda e: not e.get("verified"),
+        )
+    )
+    return [next(examples) if e.get("kind") == "example" else e for e in entries]
+
+
 def format_entry(entry: Mapping[str, Any], *, limit: int = ENTRY_CHARS) -> str:
-    """One entry for the model: ``[kind] title (datasource)``, its text, and an example's
-    SQL in a fenced block."""
+    """One entry for the model: ``[kind] title (datasource)`` (``[example, verified]``
+    for a verified example), its text, and an example's SQL in a fenced block."""
     text = str(entry.get("text") or "")
     if len(text) > limit:
         text = text[:limit] + " …"
-    parts = [f"[{entry.get('kind')}] {entry.get('title')} (datasource {entry.get('datasource')})"]
+    kind = f"{entry.get('kind')}, verified" if entry.get("verified") else entry.get("kind")
+    parts = [f"[{kind}] {entry.get('title')} (datasource {entry.get('datasource')})"]
     if text:
         parts.append(text)
     if entry.get("sql"):

@@ -1,8 +1,9 @@
 """Admin for secrets (values write-only, never shown), datasources (with "Test
 connection" and "Refresh schema" actions, and their knowledge inline: the harvested schema
-read-only, docs and examples editable, an example's SQL checked when saved), custom
-providers and who may use each provider and model (*Provider access*, and on a team's
-page the providers limited to it and its model limits). Each save goes through a
+read-only, docs and examples editable, an example's SQL checked when saved; on the
+knowledge entries' list, actions that mark examples verified or clear it, and a filter),
+custom providers and who may use each provider and model (*Provider access*, and on a
+team's page the providers limited to it and its model limits). Each save goes through a
 service."""
 
 from __future__ import annotations
@@ -48,8 +49,10 @@ from secrets_vault.services import (
     datasource_test,
     knowledge_entry_create,
     knowledge_entry_delete,
+    knowledge_entry_unverify,
     knowledge_entry_update,
     knowledge_entry_validate,
+    knowledge_entry_verify,
     secret_save,
 )
 from secrets_vault.services.secrets import SECRET_VALUE_MAX_LENGTH
@@ -158,6 +161,35 @@ class KnowledgeEntryForm(forms.ModelForm):
         return data
 
 
+def verification_text(entry: KnowledgeEntry) -> str:
+    """ "by <user> on <date> (knowledge version N)" for a verified example, else ""."""
+    if entry.verified_at is None:
+        return ""
+    who = entry.verified_by.get_username() if entry.verified_by is not None else "a deleted user"
+    return (
+        f"by {who} on {entry.verified_at:%Y-%m-%d %H:%M} UTC "
+        f"(knowledge version {entry.verified_version})"
+    )
+
+
+class VerifiedFilter(admin.SimpleListFilter):
+    """Examples verified or not (docs and schema entries are neither)."""
+
+    title = "verified"
+    parameter_name = "verified"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("yes", "Verified examples"), ("no", "Examples not verified")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        examples = queryset.filter(kind=KnowledgeEntry.Kind.EXAMPLE)
+        if self.value() == "yes":
+            return examples.filter(verified_at__isnull=False)
+        if self.value() == "no":
+            return examples.filter(verified_at__isnull=True)
+        return queryset
+
+
 class KnowledgeEntryInline(admin.StackedInline):
     """The datasource's docs and examples."""
 
@@ -166,8 +198,12 @@ class KnowledgeEntryInline(admin.StackedInline):
     extra = 0
     verbose_name = "doc or example"
     verbose_name_plural = "Knowledge: docs and examples"
-    fields = ("kind", "title", "text", "sql", "flag", "stale", "updated_at")
-    readonly_fields = ("flag", "stale", "updated_at")
+    fields = ("kind", "title", "text", "sql", "flag", "stale", "verification", "updated_at")
+    readonly_fields = ("flag", "stale", "verification", "updated_at")
+
+    @admin.display(description="Verified")
+    def verification(self, obj: KnowledgeEntry) -> str:
+        return verification_text(obj)
 
     @admin.display(description="Kept from runs")
     def flag(self, obj: KnowledgeEntry) -> str:
@@ -516,10 +552,10 @@ class DatasourceAdmin(PawModelAdmin):
 class KnowledgeEntryAdmin(PawModelAdmin):
     """Every entry of every datasource, to search through (edit them on the datasource)."""
 
-    list_display = ("title", "kind", "datasource", "is_stale", "updated_at")
-    list_filter = ("kind", StaleFilter, "datasource")
+    list_display = ("title", "kind", "datasource", "is_stale", "verified", "updated_at")
+    list_filter = ("kind", StaleFilter, VerifiedFilter, "datasource")
     search_fields = ("title", "text", "sql")
-    list_select_related = ("datasource",)
+    list_select_related = ("datasource", "verified_by")
     fields = (
         "datasource",
         "kind",
@@ -528,11 +564,52 @@ class KnowledgeEntryAdmin(PawModelAdmin):
         "sql",
         "stale",
         "checked_at",
+        "verification",
         "vector_model",
         "created_at",
         "updated_at",
     )
     readonly_fields = fields
+    actions = ("mark_verified", "clear_verification")
+
+    @admin.display(description="verified", boolean=True)
+    def verified(self, obj: KnowledgeEntry) -> bool | None:
+        """Examples only (None for the other kinds: no icon)."""
+        return obj.verified_at is not None if obj.kind == KnowledgeEntry.Kind.EXAMPLE else None
+
+    @admin.display(description="Verified")
+    def verification(self, obj: KnowledgeEntry) -> str:
+        return verification_text(obj)
+
+    @admin.action(description="Mark the selected examples verified")
+    def mark_verified(self, request: HttpRequest, queryset: QuerySet[KnowledgeEntry]) -> None:
+        """Verify each selected example as the operator (a doc, a schema entry or a
+        flagged example is refused, with the service's reason, and left as it was)."""
+        self._each(
+            request,
+            queryset,
+            "verified",
+            lambda e: knowledge_entry_verify(entry=e, user=request.user),
+        )
+
+    @admin.action(description="Clear the verification of the selected examples")
+    def clear_verification(self, request: HttpRequest, queryset: QuerySet[KnowledgeEntry]) -> None:
+        """Clear each selected example's verification (others are refused)."""
+        self._each(
+            request, queryset, "no longer verified", lambda e: knowledge_entry_unverify(entry=e)
+        )
+
+    def _each(
+        self, request: HttpRequest, queryset: QuerySet[KnowledgeEntry], done: str, act: Any
+    ) -> None:
+        for entry in queryset.select_related("datasource"):
+            try:
+                act(entry)
+            except DomainError as error:
+                self.message_user(request, f"{entry.title}: {error.detail}", messages.ERROR)
+                continue
+            self.log_change(request, entry, f"Example {done}.")
+            self.message_user(request, f"{entry.title}: {done}.", messages.SUCCESS)
 
     @admin.display(description="Stale", boolean=True)
     def is_stale(self, obj: KnowledgeEntry) -> bool | None:

@@ -20,7 +20,8 @@ is chosen in three steps (measured on BIRD's mini-dev set, docs/performance.md,
    table lends a share of its score to the tables its foreign keys join it to, both ways
    (the join path a question needs: Wang et al., RAT-SQL, 2020, on schema linking).
 3. The budget is packed: the best docs up to :data:`DOC_SHARE` of it, the best examples up
-   to :data:`EXAMPLE_SHARE`, the tables by score in what is left, then whatever still fits,
+   to :data:`EXAMPLE_SHARE` (verified ones first: :func:`verified_examples_first`), the
+   tables by score in what is left, then whatever still fits,
    in the order of the three searches.
 """
 
@@ -264,14 +265,15 @@ def context_select(
     for entry in docs:
         share = take(entry, share)
     share = budget * EXAMPLE_SHARE
-    for entry in examples:
+    examples_packed = verified_examples_first(examples)
+    for entry in examples_packed:
         share = take(entry, share)
     top = scores[ranked[0].pk] if ranked else 0.0
     strong = [entry for entry in ranked if scores[entry.pk] >= STRONG * top]
     for entry in strong:
         take(entry, math.inf)
     # What is left goes to the next best of each kind in turn (the weaker tables too).
-    rest = [iter(docs), iter(ranked[len(strong) :]), iter(examples), iter(schema)]
+    rest = [iter(docs), iter(ranked[len(strong) :]), iter(examples_packed), iter(schema)]
     while rest and left > 0:
         for queue in list(rest):
             entry = next(queue, None)
@@ -285,6 +287,13 @@ def context_select(
         KnowledgeEntry.Kind.EXAMPLE: 2,
     }
     return sorted(chosen, key=lambda entry: order.get(entry.kind, 3))  # stable: by relevance
+
+
+def verified_examples_first(examples: list[KnowledgeEntry]) -> list[KnowledgeEntry]:
+    """``examples`` (most relevant first) with the verified ones first, each group in its
+    order (a staff member checked them: docs/data.md, "Verified examples"). paw-agent's
+    ``search_knowledge`` orders its results by the same rule."""
+    return sorted(examples, key=lambda entry: entry.verified_at is None)
 
 
 #: Tables scored, at most, of which the best are loaded to be packed.

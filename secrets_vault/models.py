@@ -351,6 +351,13 @@ class KnowledgeEntry(models.Model):
     the entry's embedding
     (float32, little-endian) by the model named in ``vector_model``, or null.
 
+    An example is *verified* when ``verified_at`` is set: a staff member
+    (``verified_by``, null once that account is deleted) checked it at the datasource's
+    ``knowledge_version`` ``verified_version``. Verified examples come first among the
+    examples a run is given, and an answer whose SQL is one's (as parsed:
+    ``paw_sqlcheck.canonical``) is shown as a verified query. Changing its SQL clears all
+    three (``services.knowledge``).
+
     Full-text search is kept by the database itself, outside this model's fields
     (migration 0002): on PostgreSQL a generated ``tsvector`` column ``search`` with a GIN
     index; on SQLite an FTS5 table ``secrets_vault_knowledge_fts`` fed by triggers (a
@@ -378,6 +385,28 @@ class KnowledgeEntry(models.Model):
         help_text="Why this entry is kept from runs until an operator acts (empty: it is "
         "given to runs): e.g. an example whose SQL is not a read under the current rule. "
         "Saving the example with SQL that passes the check clears it.",
+    )
+    verified_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        editable=False,
+        related_name="+",
+        help_text="Examples only: the staff member who verified it.",
+    )
+    verified_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text="Examples only: when it was verified (empty: not verified). Changing its "
+        "SQL clears it.",
+    )
+    verified_version = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text="The datasource's knowledge version it was verified against.",
     )
     # An example whose SQL failed when a schema refresh ran it again: the database's
     # error (secret values masked) and since when it fails; kept from runs until its SQL

@@ -18,6 +18,7 @@ from django.db import connection
 from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import Coalesce, Lower
 
+from paw_sqlcheck.canonical import canonical_sql
 from secrets_vault.fields import UNDECRYPTABLE
 from secrets_vault.models import (
     CustomProvider,
@@ -547,6 +548,40 @@ def knowledge_list(*, datasource: Datasource, kind: str | None = None) -> QueryS
 def knowledge_get(*, datasource: Datasource, entry_id: int) -> KnowledgeEntry | None:
     """One entry of the datasource, or None."""
     return knowledge_list(datasource=datasource).filter(pk=entry_id).first()
+
+
+#: Verified examples of one datasource compared with an answer's SQL, at most.
+VERIFIED_MATCH_LIMIT = 1000
+
+
+def verified_example_matching(*, datasource_slug: str, sql: str) -> KnowledgeEntry | None:
+    """The verified example of the datasource ``datasource_slug`` whose SQL is ``sql`` as
+    parsed (same canonical form on the datasource's dialect:
+    ``paw_sqlcheck.canonical.canonical_sql``; formatting, case, aliases and semicolons
+    aside), the most recently verified first; None when none is, when ``sql`` is not one
+    read, or when there is no such datasource. An example kept from runs
+    (``flag_reason``) never matches. Compares at most :data:`VERIFIED_MATCH_LIMIT`
+    examples; the forms are cached per process."""
+    datasource = Datasource.objects.filter(slug=datasource_slug).only("pk", "dialect").first()
+    if datasource is None or not isinstance(sql, str):
+        return None
+    wanted = canonical_sql(sql, dialect=datasource.dialect)
+    if wanted is None:
+        return None
+    examples = (
+        KnowledgeEntry.objects.filter(
+            datasource=datasource,
+            kind=KnowledgeEntry.Kind.EXAMPLE,
+            verified_at__isnull=False,
+            flag_reason="",
+        )
+        .defer("vector")
+        .order_by("-verified_at", "-pk")[:VERIFIED_MATCH_LIMIT]
+    )
+    for example in examples:
+        if canonical_sql(example.sql, dialect=datasource.dialect) == wanted:
+            return example
+    return None
 
 
 def knowledge_entries_named(

@@ -39,6 +39,15 @@ class UsageOutput(serializers.Serializer):
     estimated = serializers.BooleanField(help_text="The provider sent no usage: PAW estimated it.")
 
 
+class VerifiedQueryOutput(serializers.Serializer):
+    """The verified example whose SQL a run's result ran."""
+
+    id = serializers.IntegerField(help_text="The knowledge entry's id.")
+    title = serializers.CharField(help_text="Its question.")
+    datasource = serializers.CharField()
+    verified_at = serializers.DateTimeField()
+
+
 class LineageEntryOutput(serializers.Serializer):
     """A knowledge entry an answer rests on."""
 
@@ -88,6 +97,11 @@ class SqlResultOutput(serializers.Serializer):
     lineage = LineageOutput(
         required=False,
         help_text="What the answer rests on; set when a run on datasources finishes.",
+    )
+    verified = VerifiedQueryOutput(
+        required=False,
+        help_text="Present when the statement is a verified example's (compared as parsed "
+        "SQL, by PAW): that example.",
     )
 
 
@@ -328,7 +342,8 @@ class SqlAskApi(APIView):
         202 with the queued run (`id`, `conversation_id`, `status` …). Follow it like any
         run; once finished, `GET .../runs/{id}` has `result`: `{sql, columns, rows,
         row_count, truncated, lineage}` (`lineage`: the knowledge, tables and columns the
-        answer rests on). A statement that changes data still waits for an approval."""
+        answer rests on), and `verified` when the SQL is a verified example's. A statement
+        that changes data still waits for an approval."""
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         values = data.validated_data

@@ -16,7 +16,8 @@ lines of its sandboxes; the lines that change something are handed here, as
   (``policy_violation``). On an ungated runtime (:attr:`RunControl.gated` false) the call
   has already run by then: the violation says it "ran without asking";
 - ``tool`` (``notify tool``) of a ``run_sql`` that returned rows → the run's ``result``
-  (its statement, columns, first ``PAW_SQL_RESULT_ROWS`` rows, row count): the last one wins;
+  (its statement, columns, first ``PAW_SQL_RESULT_ROWS`` rows, row count): the last one
+  wins; with ``verified`` when its SQL is a verified example's (:func:`verified_query_of`);
 - ``sql`` (a ``run_sql`` call the node paired with its ``tool`` line, or with the run's
   end when none came: :class:`SqlCall`) → a row of the audit of data access
   (:func:`sql_statement_audit`: ``audit.services.sql_statement_record``), once per call;
@@ -58,7 +59,7 @@ from conversations.services import events as event_services
 from conversations.services import runs as run_services
 from conversations.services.approvals import call_key, tool_name_key
 from paw_project import metrics
-from secrets_vault.selectors import datasource_list
+from secrets_vault.selectors import datasource_list, verified_example_matching
 
 logger = logging.getLogger(__name__)
 
@@ -216,6 +217,27 @@ def sql_result_of(data: Any) -> dict[str, Any] | None:
     }
 
 
+def verified_query_of(*, run_id: UUID, result: dict[str, Any]) -> dict[str, Any] | None:
+    """``{"id", "title", "datasource", "verified_at"}`` (ISO 8601) of the verified example
+    whose SQL is the SQL of the run's ``result`` (:func:`sql_result_of`) as parsed
+    (``secrets_vault.selectors.verified_example_matching``), else None. Decided here from
+    PAW's own database, never by the runtime: only a datasource the run was given
+    (``Run.datasources``, the host's) is looked at, whatever the runtime says it ran on."""
+    slug = result.get("datasource")
+    given = Run.objects.filter(id=run_id).values_list("datasources", flat=True).first() or []
+    if not slug or slug not in given:
+        return None
+    example = verified_example_matching(datasource_slug=slug, sql=result.get("sql") or "")
+    if example is None or example.verified_at is None:
+        return None
+    return {
+        "id": example.pk,
+        "title": example.title,
+        "datasource": slug,
+        "verified_at": example.verified_at.isoformat(),
+    }
+
+
 #: What a runtime may give as a statement's error code; anything else is ``database_error``.
 _ERROR_CODE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 
@@ -353,6 +375,9 @@ class RunEffects:
             elif line.kind is LineKind.USAGE:
                 usage[line.run.run_id] = line  # only the latest totals need a check
         for run_id, result in results.items():
+            verified = verified_query_of(run_id=run_id, result=result)
+            if verified is not None:
+                result["verified"] = verified
             run_services.run_result_record(run_id=run_id, result=result)
         for run_id, line in usage.items():
             if run_id not in ended:

@@ -26,7 +26,9 @@ from secrets_vault.services import (
     datasource_schema_refresh_request,
     knowledge_entry_create,
     knowledge_entry_delete,
+    knowledge_entry_unverify,
     knowledge_entry_update,
+    knowledge_entry_verify,
 )
 from secrets_vault.services.knowledge import MAX_TEXT, MAX_TITLE
 
@@ -57,6 +59,19 @@ class KnowledgeEntryOutput(serializers.Serializer):
     checked_at = serializers.DateTimeField(
         allow_null=True,
         help_text="Examples: when its SQL last ran (saved or re-checked by a refresh).",
+    )
+    verified_by = serializers.CharField(
+        source="verified_by.username",
+        allow_null=True,
+        help_text="Examples only: who verified it (null: not verified, or the account is gone).",
+    )
+    verified_at = serializers.DateTimeField(
+        allow_null=True,
+        help_text="When the example was verified; null when it is not. Changing its SQL clears it.",
+    )
+    verified_version = serializers.IntegerField(
+        allow_null=True,
+        help_text="The datasource's knowledge_version it was verified against, or null.",
     )
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
@@ -97,7 +112,9 @@ class AdminKnowledgeListApi(APIView):
         return paginated_response(
             request=request,
             view=self,
-            queryset=knowledge_list(datasource=datasource_or_404(slug), kind=kind),
+            queryset=knowledge_list(datasource=datasource_or_404(slug), kind=kind).select_related(
+                "verified_by"
+            ),
             serializer_class=KnowledgeEntryOutput,
         )
 
@@ -165,6 +182,49 @@ class AdminKnowledgeDetailApi(APIView):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
+class AdminKnowledgeVerifyApi(APIView):
+    """``POST /api/admin/datasources/{slug}/knowledge/{id}/verify``: mark an example
+    verified by the caller, now, against the datasource's current knowledge version."""
+
+    permission_classes = (IsAdminUser,)
+
+    @extend_schema(
+        operation_id="admin_knowledge_verify",
+        request=None,
+        responses={200: KnowledgeEntryOutput, **error_responses(400, 403, 404)},
+    )
+    def post(self, request: Request, slug: str, entry_id: int) -> Response:
+        """Verified examples come first among those a run is given, and an answer with
+        the same SQL (as parsed) is shown as a verified query. Verifying again renews it.
+        400 `not_an_example` (a doc or a schema entry), `example_flagged` (kept from
+        runs: fix its SQL first)."""
+        entry = _entry_or_404(datasource_or_404(slug), entry_id)
+        with transaction.atomic():
+            entry = knowledge_entry_verify(entry=entry, user=request.user)
+            operator_write_log(request=request, obj=entry, action="change", note="verified")
+        return Response(KnowledgeEntryOutput(entry).data)
+
+
+class AdminKnowledgeUnverifyApi(APIView):
+    """``POST /api/admin/datasources/{slug}/knowledge/{id}/unverify``: clear an
+    example's verification."""
+
+    permission_classes = (IsAdminUser,)
+
+    @extend_schema(
+        operation_id="admin_knowledge_unverify",
+        request=None,
+        responses={200: KnowledgeEntryOutput, **error_responses(400, 403, 404)},
+    )
+    def post(self, request: Request, slug: str, entry_id: int) -> Response:
+        """Nothing to do (200) when it is not verified; 400 `not_an_example`."""
+        entry = _entry_or_404(datasource_or_404(slug), entry_id)
+        with transaction.atomic():
+            entry = knowledge_entry_unverify(entry=entry)
+            operator_write_log(request=request, obj=entry, action="change", note="unverified")
+        return Response(KnowledgeEntryOutput(entry).data)
+
+
 class AdminDatasourceRefreshSchemaApi(APIView):
     """``POST /api/admin/datasources/{slug}/refresh-schema``: 202; a worker harvests the
     live schema (credentials resolved there) and replaces the schema entries, or records
@@ -211,6 +271,9 @@ class _Doc(serializers.Serializer):
 
 class _Example(_Doc):
     sql = serializers.CharField()
+    verified_at = serializers.DateTimeField(
+        allow_null=True, help_text="When a staff member verified it; null when not verified."
+    )
 
 
 class DatasourceDetailApi(APIView):

@@ -80,4 +80,14 @@ urlpatterns = [
         knowledge.AdminKnowledgeDetailApi.as_view(),
         name="admin-knowledge-detail",
     ),
+    path(
+        "admin/datasources/<str:slug>/knowledge/<int:entry_id>/verify",
+        knowledge.AdminKnowledgeVerifyApi.as_view(),
+        name="admin-knowledge-verify",
+    ),
+    path(
+        "admin/datasources/<str:slug>/knowledge/<int:entry_id>/unverify",
+        knowledge.AdminKnowledgeUnverifyApi.as_view(),
+        name="admin-knowledge-unverify",
+    ),
 ]

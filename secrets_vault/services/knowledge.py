@@ -213,9 +213,10 @@ def knowledge_entry_update(
 ) -> KnowledgeEntry:
     """Change ``title``, ``text`` or ``sql`` of a doc or an example (same rules as
     :func:`knowledge_entry_create`; a changed SQL is checked again, and so is the SQL of a
-    stale example, changed or not: passing clears ``stale_error``/``stale_since``). Schema
-    entries are the database's: refused with ``schema_is_harvested``. ``TypeError`` for
-    other fields (a programming error)."""
+    stale example, changed or not: passing clears ``stale_error``/``stale_since``; a
+    changed SQL clears the example's verification: :func:`knowledge_entry_verify`).
+    Schema entries are the database's: refused with ``schema_is_harvested``.
+    ``TypeError`` for other fields (a programming error)."""
     unknown = set(fields) - {"title", "text", "sql"}
     if unknown:
         raise TypeError(f"not updatable: {sorted(unknown)}")
@@ -228,6 +229,8 @@ def knowledge_entry_update(
     with transaction.atomic():
         if values["sql"].strip() != entry.sql:
             entry.flag_reason = ""  # its new SQL passed the check (here or by the caller)
+            # What was verified is the old SQL: the new one must be verified again.
+            entry.verified_by, entry.verified_at, entry.verified_version = None, None, None
         if run_sql:  # it passed (here or by the caller)
             entry.stale_error, entry.stale_since = "", None
             entry.checked_at = timezone.now()
@@ -239,6 +242,59 @@ def knowledge_entry_update(
         entry.save()
         _version_bump(entry.datasource_id)
         _embed_later(entry.datasource_id)
+    return entry
+
+
+def knowledge_entry_verify(*, entry: KnowledgeEntry, user: User) -> KnowledgeEntry:
+    """Mark the example ``entry`` verified by ``user`` (staff: the edges check), now,
+    against its datasource's current ``knowledge_version`` (the knowledge the staff member
+    saw; verifying bumps it, as every change does). Verifying again renews all three.
+    Verified examples come first among the examples a run is given, and an answer with
+    the same SQL (parsed) is a verified query (``selectors.verified_example_matching``).
+
+    Raises :class:`InvalidRequest` ``not_an_example`` for a schema entry or a doc,
+    ``example_flagged`` for an example kept from runs (its ``flag_reason``: fix its SQL
+    first); nothing is changed then."""
+    if entry.kind != KnowledgeEntry.Kind.EXAMPLE:
+        raise InvalidRequest(
+            f"Only examples can be verified; this entry is a {entry.kind}.",
+            code="not_an_example",
+        )
+    if entry.flag_reason:
+        raise InvalidRequest(
+            f"This example is kept from runs ({entry.flag_reason}): fix its SQL before "
+            "verifying it.",
+            code="example_flagged",
+        )
+    with transaction.atomic():
+        version = (
+            Datasource.objects.select_for_update()
+            .filter(pk=entry.datasource_id)
+            .values_list("knowledge_version", flat=True)
+            .get()
+        )
+        entry.verified_by, entry.verified_at, entry.verified_version = user, timezone.now(), version
+        entry.save(update_fields=["verified_by", "verified_at", "verified_version"])
+        _version_bump(entry.datasource_id)
+    logger.info("datasource %s: example %s verified", entry.datasource_id, entry.pk)
+    return entry
+
+
+def knowledge_entry_unverify(*, entry: KnowledgeEntry) -> KnowledgeEntry:
+    """Clear an example's verification (nothing to do when it has none). Raises
+    :class:`InvalidRequest` ``not_an_example`` for a schema entry or a doc."""
+    if entry.kind != KnowledgeEntry.Kind.EXAMPLE:
+        raise InvalidRequest(
+            f"Only examples can be verified; this entry is a {entry.kind}.",
+            code="not_an_example",
+        )
+    if entry.verified_at is None:
+        return entry
+    with transaction.atomic():
+        entry.verified_by, entry.verified_at, entry.verified_version = None, None, None
+        entry.save(update_fields=["verified_by", "verified_at", "verified_version"])
+        _version_bump(entry.datasource_id)
+    logger.info("datasource %s: example %s no longer verified", entry.datasource_id, entry.pk)
     return entry
 
 
@@ -538,8 +594,9 @@ class IndexSource:
 @dataclass(frozen=True)
 class RunKnowledge:
     """What a run on datasources is given: ``entries`` (``[{"id", "datasource", "kind",
-    "title", "text", "sql"}]``, most relevant first, within the token budget; ``id`` is
-    the ``KnowledgeEntry``'s, for the run's lineage), the
+    "title", "text", "sql"}]``, and ``"verified": true`` on a verified example; most
+    relevant first, within the token budget; ``id`` is the ``KnowledgeEntry``'s, for the
+    run's lineage), the
     ``sources`` to make index files of for its ``search_knowledge`` tool
     (:func:`knowledge_index_write`), and the ``vector_model`` of their vectors ("" when
     embeddings are off)."""
@@ -558,9 +615,10 @@ def knowledge_for_run(
     ``entries``: the most relevant to ``prompt`` (hybrid search, see
     ``selectors.knowledge_search``; the query is embedded here when embeddings are
     configured, and entries still without a vector are embedded first, a batch at a time),
-    packed greedily into ``PAW_KNOWLEDGE_CONTEXT_TOKENS``; a flagged entry
-    (``flag_reason``) or a stale example (``stale_since``) is never given. When nothing
-    matches, the
+    packed greedily into ``PAW_KNOWLEDGE_CONTEXT_TOKENS`` (``context.context_select``:
+    verified examples first among the examples; such an entry has ``"verified": true``);
+    a flagged entry (``flag_reason``) or a stale example (``stale_since``) is never
+    given. When nothing matches, the
     schema entries by title, so the agent at least knows the tables. ``sources``: the
     datasources with knowledge, at their current version. An embedding failure degrades
     to full-text (logged).
@@ -587,14 +645,17 @@ def knowledge_for_run(
             logger.warning("knowledge retrieval without vectors: %s", error)
     vector_model = embedder.model if embedder is not None else ""
 
-    def item_of(entry: KnowledgeEntry) -> dict[str, str]:
-        return {
+    def item_of(entry: KnowledgeEntry) -> dict[str, Any]:
+        item: dict[str, Any] = {
             "datasource": slugs[entry.datasource_id],
             "kind": entry.kind,
             "title": entry.title,
             "text": entry.text,
             "sql": entry.sql,
         }
+        if entry.verified_at is not None:
+            item["verified"] = True  # paw-agent labels it for the model
+        return item
 
     def cost(entry: KnowledgeEntry) -> int:
         return tokens_of(json.dumps(item_of(entry), ensure_ascii=False))  # what the model reads
@@ -641,7 +702,8 @@ def knowledge_for_run(
 INDEX_SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE entries (id INTEGER PRIMARY KEY, kind TEXT NOT NULL, title TEXT NOT NULL,
-                      text TEXT NOT NULL, sql TEXT NOT NULL, vector BLOB);
+                      text TEXT NOT NULL, sql TEXT NOT NULL, vector BLOB,
+                      verified INTEGER NOT NULL DEFAULT 0);
 CREATE VIRTUAL TABLE entries_fts USING fts5(title, text, sql, content='entries',
                                             content_rowid='id', tokenize='porter unicode61');
 """
@@ -651,8 +713,9 @@ def knowledge_index_write(*, source: IndexSource, path: Path, vector_model: str)
     """Write the knowledge of ``source``'s datasource as a new SQLite file at ``path`` (a
     place of PAW's own; the node puts it into the sandbox): table ``meta``
     (``datasource``, ``name``, ``dialect``, ``version``, ``vector_model``), ``entries``
-    (id, kind, title, text, sql, and the float32 vector by ``vector_model`` or NULL;
-    neither flagged entries nor stale examples) and
+    (id, kind, title, text, sql, the float32 vector by ``vector_model`` or NULL, and
+    ``verified``: 1 for a verified example, else 0; neither flagged entries nor stale
+    examples) and
     the FTS5 index ``entries_fts`` (porter stemming). Raises ``sqlite3.Error`` or
     ``OSError`` when it cannot be written."""
     datasource = Datasource.objects.defer("schema_tables").get(pk=source.datasource_id)
@@ -668,12 +731,13 @@ def knowledge_index_write(*, source: IndexSource, path: Path, vector_model: str)
         db.executemany("INSERT INTO meta VALUES (?, ?)", meta.items())
         rows = KnowledgeEntry.objects.filter(
             datasource=datasource, flag_reason="", stale_since__isnull=True
-        ).values_list("id", "kind", "title", "text", "sql", "vector", "vector_model")
+        ).values_list("id", "kind", "title", "text", "sql", "vector", "vector_model", "verified_at")
         db.executemany(
-            "INSERT INTO entries VALUES (?, ?, ?, ?, ?, ?)",
+            "INSERT INTO entries (id, kind, title, text, sql, vector, verified) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
             (
-                (i, kind, title, text, sql, _vector_of(vector, model, vector_model))
-                for i, kind, title, text, sql, vector, model in rows.iterator(chunk_size=1000)
+                (i, kind, title, text, sql, _vector_of(vector, model, vector_model), int(bool(at)))
+                for i, kind, title, text, sql, vector, model, at in rows.iterator(chunk_size=1000)
             ),
         )
         db.execute("INSERT INTO entries_fts(entries_fts) VALUES ('rebuild')")

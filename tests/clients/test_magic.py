@@ -185,3 +185,66 @@ def test_the_agent_magic_in_a_real_kernel(stack, person, scripted_model, tmp_pat
         assert [o.output_type for o in cell.outputs] == ["stream"], cell.outputs
         assert cell.outputs[0].name == "stderr" and cell.outputs[0].text.startswith(expected)
         assert cell.outputs[0].text.count("\n") == 1
+
+
+def test_the_agent_magic_shows_a_verified_query(
+    stack, person, scripted_model, tmp_path, monkeypatch
+):
+    """A cell whose run's result ran a verified example's SQL (reformatted) shows
+    "✓ verified query: <title>"; a cell whose query is another's shows none."""
+    import sqlite3
+
+    from django.contrib.auth import get_user_model
+
+    from secrets_vault.services.knowledge import knowledge_entry_create, knowledge_entry_verify
+    from tests.factories import datasource_made
+
+    path = tmp_path / "shop.sqlite3"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY, day TEXT, total REAL)")
+        db.executemany(
+            "INSERT INTO orders (day, total) VALUES (?, ?)", [("Sat", 2.0), ("Sun", 3.0)]
+        )
+    shop = datasource_made(
+        slug="shop", name="Shop", dialect="sqlite", connection={"database": str(path)}
+    )
+    staff = get_user_model().objects.create_superuser("checker", password=None)
+    entry = knowledge_entry_create(
+        datasource=shop, kind="example", title="Sales per day", user=None,
+        sql="SELECT day, sum(total) AS total FROM orders GROUP BY day",
+    )  # fmt: skip
+    knowledge_entry_verify(entry=entry, user=staff)
+
+    def sql_rule(match: str, query: str) -> dict:
+        call = {"name": "run_sql", "arguments": {"datasource": "shop", "query": query}}
+        return {"match": match, "responses": [{"tool_calls": [call]}, "Done: {{tool_result}}"]}
+
+    scripted_model.load(
+        {
+            "api_key": SCRIPTED_API_KEY,
+            "rules": [
+                sql_rule(
+                    "sales per day", "select DAY, SUM(total) total\nfrom ORDERS group by day;"
+                ),
+                sql_rule("sales of sunday", "SELECT sum(total) FROM orders WHERE day = 'Sun'"),
+            ],
+        }
+    )
+    monkeypatch.setenv("PAW_TOKEN", person.token)
+    cells = [
+        "%load_ext paw_client",
+        f"%paw_connect {stack.base}",
+        "%%agent --datasource shop\nsales per day",
+        "%%agent --datasource shop\nsales of sunday",
+    ]
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    execute(nb, [], [], tmp_path)
+    verified, other = nb.cells[2].outputs, nb.cells[3].outputs
+    assert not [o for o in verified + other if o.output_type == "error"]
+    notes = [o for o in verified if "verified query" in texts(o)]
+    assert len(notes) == 1, verified
+    assert notes[0]["data"]["text/plain"] == "✓ verified query: Sales per day"
+    assert "paw-verified" in notes[0]["data"]["text/html"]
+    assert not [o for o in other if "verified query" in texts(o)], other
+    runs = Run.objects.filter(conversation__user=person.user).order_by("created_at")
+    assert [("verified" in (r.result or {})) for r in runs] == [True, False]

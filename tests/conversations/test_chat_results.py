@@ -394,6 +394,68 @@ def test_staff_save_a_run_sql_as_an_example_of_its_datasource(
     assert_no_page_errors(chat, allow=("Failed to load resource",))
 
 
+def test_a_verified_examples_query_shows_as_a_verified_query(
+    tips_datasource, chat, scripted_model, alice
+):
+    """The model runs a verified example's SQL (recased, laid out anew): its row is marked
+    and its table carries "✓ verified query: <title>", live and after a reload; a query
+    that is no verified example's carries none."""
+    from secrets_vault.services.knowledge import knowledge_entry_create, knowledge_entry_verify
+
+    staff = User.objects.create_superuser("checker", password=None)
+    entry = knowledge_entry_create(
+        datasource=tips_datasource, kind="example", title="Bills and tips per day",
+        sql=COUNT_SQL, user=None,
+    )  # fmt: skip
+    knowledge_entry_verify(entry=entry, user=staff)
+    rewritten = (
+        COUNT_SQL.lower().replace(" from ", "\nFROM ").replace(" group by", "\nGROUP BY") + ";"
+    )
+    every = "SELECT count(*) AS bills FROM tips"
+    conversation = Conversation.objects.get(user=alice)
+    Conversation.objects.filter(pk=conversation.pk).update(datasources=["tips"])
+    scripted_model.load(
+        {
+            "api_key": SCRIPTED_API_KEY,
+            "responses": [
+                {"tool_calls": [{"name": "run_sql", "arguments": {"datasource": "tips", "query": every}}]},
+                {"tool_calls": [{"name": "run_sql", "arguments": {"datasource": "tips", "query": rewritten}}]},
+                "Counted.",
+            ],
+        }
+    )  # fmt: skip
+    page = chat.page
+    page.reload()
+    page.wait_for_selector(".connection[data-state=connected]")
+    ask(page, "How many bills per day?")
+    page.locator(".answer", has_text="Counted.").wait_for(timeout=60_000)
+    wait_until_idle(page)
+    run = Run.objects.get(conversation=conversation)
+    assert run.result["verified"]["title"] == "Bills and tips per day"
+
+    def check() -> None:
+        rows = page.locator(".tool[data-tool=run_sql]")
+        assert rows.count() == 2
+        plain, verified = rows.nth(0), rows.nth(1)
+        verified.locator(".verified-mark").wait_for(timeout=10_000)
+        assert plain.locator(".verified-mark").count() == 0
+        assert verified.locator("summary .verified-mark").inner_text() == "✓ verified"
+        verified.locator("summary").click()
+        badge = verified.locator(".tool-result .verified-query")
+        assert badge.inner_text() == "✓ verified query: Bills and tips per day"
+        # Above the table it is about.
+        assert verified.locator(".tool-result > .verified-query + .tool-sql").count() == 1
+        plain.locator("summary").click()
+        assert plain.locator(".verified-query").count() == 0
+
+    check()
+    page.reload()
+    page.wait_for_selector(".connection[data-state=connected]")
+    page.locator(".answer", has_text="Counted.").wait_for()
+    check()
+    assert_no_page_errors(chat)
+
+
 def test_a_message_sent_right_after_a_tick_runs_with_the_datasource(
     tips_datasource, chat, scripted_model
 ):

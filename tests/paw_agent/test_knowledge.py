@@ -10,6 +10,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from django.utils import timezone
 
 from secrets_vault.embeddings import Embedder
 from secrets_vault.models import Datasource, KnowledgeEntry
@@ -151,6 +152,49 @@ def test_search_knowledge_is_hybrid_with_the_scripted_embeddings(start, model, w
     [found] = tool_results(model)
     assert found.startswith("[schema] passengers (datasource shop)"), found
     assert model.embedding_requests[-1]["input"] == ["survivors"]
+
+
+@pytest.mark.django_db
+def test_verified_examples_come_first_in_search_knowledge_and_are_labelled(
+    start, model, workspace
+):
+    """Two examples match "survived"; the one full-text ranks second (fewer of the words)
+    is verified: it comes first, labelled, in the tool's result and in the prompt's."""
+    datasource = shop_knowledge()
+    KnowledgeEntry.objects.bulk_create(
+        [
+            KnowledgeEntry(
+                datasource=datasource, kind="example", title="How many survived, survived?",
+                sql="SELECT count(*) FROM passengers WHERE survived = 1",
+            ),
+            KnowledgeEntry(
+                datasource=datasource, kind="example", title="Share that survived",
+                sql="SELECT avg(survived) FROM passengers", verified_at=timezone.now(),
+            ),
+        ]
+    )  # fmt: skip
+    knowledge = knowledge_op(workspace, datasource)
+    knowledge["entries"].append(
+        {
+            "datasource": "shop",
+            "kind": "example",
+            "title": "Share that survived",
+            "text": "",
+            "sql": "SELECT avg(survived) FROM passengers",
+            "verified": True,
+        }
+    )
+    model.load(script(search("how many survived", kind="example")))
+    runtime = start("paw-agent")
+    runtime.ready()
+    runtime.submit("How many survived?", knowledge=knowledge)
+    [found] = tool_results(model)
+    first, second = found.split("\n\n")
+    assert first.startswith("[example, verified] Share that survived (datasource shop)"), found
+    assert second.startswith("[example] How many survived, survived? (datasource shop)"), found
+    system = [m["content"] for m in model.requests[0]["messages"] if m["role"] == "system"]
+    assert "[example, verified] Share that survived (datasource shop)" in system[1]
+    assert "An example marked verified was checked by a person" in system[1]
 
 
 def test_a_knowledge_index_outside_the_workspace_is_refused(start, workspace, tmp_path):

@@ -125,7 +125,8 @@ def test_operators_add_edit_list_and_delete_docs_and_examples(operator_client, s
     assert doc.status_code == 201, doc.json()
     assert set(doc.json()) == {
         "id", "kind", "title", "text", "sql", "flag_reason", "stale_error", "stale_since",
-        "checked_at", "created_at", "updated_at",
+        "checked_at", "verified_by", "verified_at", "verified_version", "created_at",
+        "updated_at",
     }  # fmt: skip
     assert doc.json()["flag_reason"] == ""
     example = post_example(

@@ -28,8 +28,10 @@ ipywidgets and jupyter-ui-poll are installed, else an ``input()`` prompt; the de
 shown. ``--auto-approve`` approves this cell's confirms (questions are still asked). What
 the run made is shown by type: images inline, CSV/XLSX as tables (DataFrames), Plotly
 figures (``*.plotly.json``) interactive, anything else saved under ``paw_artifacts/`` with
-a link. A last output says what the answer rests on ("Based on: …", its SQL, the run)
-and carries it as output metadata ``{"paw": {"conversation", "run", "sql", "lineage"}}``.
+a link. When the run's result ran a verified example's SQL (PAW decides it: its
+``result["verified"]``), "✓ verified query: <title>" is shown. A last output says what
+the answer rests on ("Based on: …", its SQL, the run) and carries it as output metadata
+``{"paw": {"conversation", "run", "sql", "lineage"}}``.
 The cell's value is an :class:`AgentResult` (``.answer``, ``.artifacts``,
 ``.dataframe(name)``, ``.usage``, ``.sql``, ``.lineage``), so ``_`` holds it in the next
 cell, and so does ``NAME`` with ``--out NAME``. Errors (budget, rate limit, inactive
@@ -63,7 +65,7 @@ from IPython.display import FileLink, Image, display
 from paw_client.client import Client, Conversation, Run
 from paw_client.errors import PawError
 from paw_client.models import Approval, Artifact, Usage
-from paw_client.view import RunView, plan_lines
+from paw_client.view import RunView, plan_lines, verified_line
 
 #: Seconds between two redraws of a streamed output (the last state is always drawn).
 REDRAW_SECONDS = 0.1
@@ -752,6 +754,13 @@ class PawMagics(Magics):
                 cell_view.feed(event)
             cell_view.finish()
             run.wait()
+            verified = verified_line(run.result)
+            if verified is not None:
+                note = html.escape(verified)
+                display(
+                    {"text/plain": verified, "text/html": f"<p class='paw-verified'>{note}</p>"},
+                    raw=True,
+                )
             for artifact in run.artifacts:
                 _show_artifact(conversation, artifact)
         except PawError as error:

@@ -113,3 +113,14 @@ PLAN_MARKS = {"completed": "[x]", "in_progress": "[~]", "pending": "[ ]"}
 def plan_lines(plan: list[dict[str, Any]]) -> list[str]:
     """The plan as checklist lines: ``[x] done``, ``[~] under way``, ``[ ] to do``."""
     return [f"{PLAN_MARKS.get(s.get('status'), '[ ]')} {s.get('content', '')}" for s in plan]
+
+
+def verified_line(result: Any) -> str | None:
+    """ "✓ verified query: <title>" when a run's ``result`` (``Run.result``: ``{datasource,
+    sql, columns, rows, row_count, truncated, verified?}``) ran a verified example's SQL
+    (``result["verified"]``: ``{id, title, datasource, verified_at}``, decided by PAW),
+    else None."""
+    verified = result.get("verified") if isinstance(result, dict) else None
+    if not isinstance(verified, dict) or not verified.get("title"):
+        return None
+    return f"✓ verified query: {verified['title']}"

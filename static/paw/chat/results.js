@@ -58,6 +58,22 @@ export function resultTable(result, label) {
   );
 }
 
+/**
+ * "✓ verified query: <title>": the run's result ran a verified example's SQL (PAW decides
+ * it on the server: `result.verified`, docs/data.md "Verified examples").
+ * @param {{id: number, title: string, datasource: string, verified_at: string}} verified
+ */
+export function verifiedBadge(verified) {
+  const day = verified.verified_at ? String(verified.verified_at).slice(0, 10) : "";
+  const about = `A verified example of ${verified.datasource}${day ? `, verified on ${day}` : ""}`;
+  return el(
+    "p",
+    { class: "verified-query", role: "note", title: about, dataset: { exampleId: String(verified.id) } },
+    "✓ verified query: ",
+    el("strong", {}, String(verified.title || "")),
+  );
+}
+
 /** A SQL statement with its keywords, strings and numbers marked (class names only). */
 export function highlightSql(sql) {
   const code = el("code", { class: "language-sql" });

@@ -7,7 +7,7 @@
 // a reload mid-run shows the full text once.
 
 import { el, formatCall, formatNumber } from "./dom.js";
-import { highlightSql, mediaFigures, outputBlocks, resultTable, saveExampleForm } from "./results.js";
+import { highlightSql, mediaFigures, outputBlocks, resultTable, saveExampleForm, verifiedBadge } from "./results.js";
 
 const STATUS_TEXT = {
   queued: "Waiting for the agent…",
@@ -92,6 +92,7 @@ class RunView {
     this.answerHtml = null;
     this.answerText = "";
     this.resultSeen = false;
+    this.verified = null; // {sql, verified} when the run's result is a verified query
     this.cancelled = false;
     this.lastText = null;
     this.texts = [];
@@ -309,6 +310,8 @@ class RunView {
       tool.body.querySelector(".tool-summary")?.remove();
       tool.body.append(el("div", { class: "tool-result" }, ...parts));
     }
+    tool.sql = sql && sql.sql ? String(sql.sql) : null;
+    this.paintVerified(tool);
     // The statement is shown highlighted above its rows: not a second time, plain, among
     // the call's arguments (a failed run_sql has no result and keeps it there).
     const query = sql && sql.sql ? tool.body.querySelector('.tool-args dd[data-arg="query"]') : null;
@@ -371,6 +374,25 @@ class RunView {
     this.add(step);
     this.transcript.approvalSteps.set(key, { step, statusEl, kind: data.kind });
     this.transcript.paintApproval(key);
+  }
+
+  /** The run's `result` from PAW (the run API): its `verified` marks the call that ran it. */
+  setResult(result) {
+    const verified = result && result.verified && typeof result.verified === "object" ? result.verified : null;
+    this.verified = verified ? { sql: String(result.sql || ""), verified } : null;
+    for (const tool of this.tools) this.paintVerified(tool);
+  }
+
+  /** A run_sql row whose statement is the run's verified result: the badge on its table,
+   * and a mark on the row's summary line (seen without opening it). */
+  paintVerified(tool) {
+    if (!this.verified || !tool.sql || tool.sql !== this.verified.sql || tool.element.dataset.verified !== undefined) return;
+    tool.element.dataset.verified = "";
+    const badge = verifiedBadge(this.verified.verified);
+    const result = tool.body.querySelector(".tool-result");
+    if (result) result.prepend(badge);
+    else tool.body.append(badge);
+    tool.stateEl.before(el("span", { class: "verified-mark", title: badge.textContent }, "✓ verified"));
   }
 
   result(event) {
@@ -460,6 +482,7 @@ export class Transcript {
       view.setAttachments(run.attachments);
       view.setStatus(run);
       view.answerText = run.answer || "";
+      view.setResult(run.result);
       if (!view.active && run.answer_html) view.setAnswerHtml(run.answer_html);
     }
   }
@@ -571,6 +594,7 @@ export class Transcript {
     try {
       const run = await this.fetchRun(view.runId);
       if (run.answer_html) view.setAnswerHtml(run.answer_html);
+      view.setResult(run.result);
       view.setStatus(run);
     } catch {
       // The streamed text stays on the page; the rendered answer comes with the next load.
