@@ -10,7 +10,7 @@ class Migration(migrations.Migration):
     # the table (and the FTS5 triggers of migration 0002 on it) is not rebuilt.
 
     dependencies = [
-        ("secrets_vault", "0009_knowledge_stale_and_schema_changes"),
+        ("secrets_vault", "0010_datasource_value_sampling"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
