@@ -11,18 +11,20 @@ is chosen in three steps (measured on BIRD's mini-dev set, docs/performance.md,
 
 1. Each kind is searched on its own (``selectors.knowledge_search`` with ``kinds``): the
    docs, the examples and the schema entries nearest the prompt.
-2. Tables are scored from three kinds of evidence, each by reciprocal rank (k = 60, as
+2. Tables are scored from four kinds of evidence, each by reciprocal rank (k = 60, as
    the search's own fusion): the schema entries found for the prompt; the schema entries
-   found for the prompt *expanded* by the best docs' and examples' texts (pseudo-relevance
-   feedback: Rocchio, 1971; Lavrenko and Croft, 2001: an evidence note says ``Currency``,
-   an example's SQL says ``yearmonth``); the tables the best examples' SQL reads, parsed
-   by sqlglot (a related question's query names the tables exactly). Then each scored
-   table lends a share of its score to the tables its foreign keys join it to, both ways
-   (the join path a question needs: Wang et al., RAT-SQL, 2020, on schema linking).
+   found for the prompt *expanded* by the best docs' and examples' words (pseudo-relevance
+   feedback: Rocchio, 1971; Lavrenko and Croft, 2001); the tables the best examples' SQL
+   reads (``paw_sqlcheck.references``: a related question's query names them exactly);
+   the tables whose columns the best docs name (``Currency = 'EUR'``, ``drivers.dob``:
+   :func:`_linked`). Then each scored table lends a share of its score to the tables its
+   foreign keys join it to, both ways (the join path a question needs; schema linking as
+   in Wang et al., RAT-SQL, 2020). Names, columns and foreign keys come from a
+   :class:`SchemaMap` of the schema entries, kept per process and knowledge version.
 3. The budget is packed: the best docs up to :data:`DOC_SHARE` of it, the best examples up
    to :data:`EXAMPLE_SHARE` (verified ones first: :func:`verified_examples_first`), the
-   tables by score in what is left, then whatever still fits,
-   in the order of the three searches.
+   tables scored at least :data:`STRONG` of the best one's, then the next best of each
+   kind in turn while anything fits. Entries with the same text are given once.
 """
 
 from __future__ import annotations
