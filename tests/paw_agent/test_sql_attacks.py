@@ -351,9 +351,7 @@ def test_postgresql_side_effects_ask_on_a_writable_datasource_and_a_decline_runs
 
 
 @pytest.mark.parametrize("checked", [True, False], ids=["checked", "unchecked"])
-def test_mariadb_side_effects_are_refused_on_a_read_only_datasource(
-    start, model, mariadb, checked
-):
+def test_mariadb_side_effects_are_refused_on_a_read_only_datasource(start, model, mariadb, checked):
     """With the check before running (the default), the first two statements the parser
     cannot parse are sent back by it; every other one, and all of them without the check
     (``--sql-retries 0``), by the read-only rule. None runs."""
