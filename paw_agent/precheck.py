@@ -58,7 +58,8 @@ class Check:
     parse or does not plan: it is not run) or ``timeout`` (the ``EXPLAIN`` took longer
     than its limit: it runs unchecked). ``code``: ``planned``, ``timeout``, ``unparsed``
     (the parser's refusal), or the database's reason: ``unknown_column``,
-    ``unknown_table``, ``unknown_function``, ``ambiguous_column``, ``syntax_error``,
+    ``unknown_table``, ``unknown_function``, ``ambiguous_column``, ``missing_from`` (a
+    name ``q.x`` whose ``q`` is no table or alias of its ``FROM``), ``syntax_error``,
     ``not_planned`` (any other). ``message``: one line for people (``unknown column
     p.price``); ``name``: the name it is about (``p.price``), or ``""``; ``detail``: the
     database's or the parser's whole message, for the model. ``explained``: an
@@ -215,7 +216,7 @@ _PROBLEMS = (
     (r"column (?:reference )?\"?(?P<name>[^\"\s]+)\"? is ambiguous", "ambiguous_column"),
     (r"column \"?(?P<name>[^\"\s]+(?:\.[^\"\s]+)*)\"? does not exist", "unknown_column"),
     (r"relation \"(?P<name>[^\"]+)\" does not exist", "unknown_table"),
-    (r"missing FROM-clause entry for table \"(?P<name>[^\"]+)\"", "unknown_table"),
+    (r"missing FROM-clause entry for table \"(?P<name>[^\"]+)\"", "missing_from"),
     (r"function (?P<name>[^\s(]+)\([^)]*\) does not exist", "unknown_function"),
     (r"syntax error at or near \"(?P<name>[^\"]*)\"", "syntax_error"),
     (r"syntax error at end of input", "syntax_error"),
@@ -237,6 +238,7 @@ _WORDS = {
     "unknown_table": "unknown table",
     "unknown_function": "unknown function",
     "ambiguous_column": "ambiguous column",
+    "missing_from": "no FROM entry for",
     "syntax_error": "syntax error near",
 }
 

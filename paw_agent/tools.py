@@ -858,27 +858,7 @@ class Toolbox:
             checks.refused += 1
         parts = [f"error: not run; the check before running refused it: {check.detail}"]
         if context.knowledge is not None:
-            if verdict.code == "unparsed":  # no tree: the words that name a known table
-                words = re.findall(r"[A-Za-z_][\w$]*(?:\.[A-Za-z_][\w$]*)*", query)
-                names, similar = list(dict.fromkeys(words)), False
-            else:
-                names, similar = list(verdict.tables), True
-                if check.code == "unknown_table" and check.name and check.name not in names:
-                    names.append(check.name)
-            entries, missing = context.knowledge.schema_entries(source.slug, names, similar=similar)
-            if entries:
-                parts.append(
-                    "The tables it names, as PAW knows them"
-                    + (f" (no table is named {', '.join(missing)}; these are named like it)"
-                       if similar and missing else "")
-                    + ":\n\n"
-                    + "\n\n".join(format_entry(entry) for entry in entries)
-                )  # fmt: skip
-            elif similar and missing:
-                parts.append(
-                    f"PAW knows no table named {', '.join(missing)} in {source.slug}; "
-                    "search_knowledge may find what you need."
-                )
+            parts += self._tables_named(source, query, verdict, check, context.knowledge)
         left = checks.left if checks is not None else 0
         parts.append(
             "Correct the statement and call run_sql again"
@@ -899,6 +879,44 @@ class Toolbox:
         return ToolOutcome(
             "\n\n".join(parts), ok=False, summary=f"checked: {check.message}", notify=notify
         )
+
+    @staticmethod
+    def _tables_named(
+        source: Datasource, query: str, verdict: Any, check: Check, knowledge: Knowledge
+    ) -> list[str]:
+        """What the run's knowledge says of the tables a statement sent back names: their
+        ``schema`` entries; for a name it has no entry for, the entries named most like
+        it (or that it knows none). A statement that does not parse has no tree: the
+        entries of the known tables among its words."""
+        if verdict.code == "unparsed":
+            words = re.findall(r"[A-Za-z_][\w$]*(?:\.[A-Za-z_][\w$]*)*", query)
+            names = list(dict.fromkeys(words))
+        else:
+            names = list(verdict.tables)
+            if check.code == "unknown_table" and check.name and check.name not in names:
+                names.append(check.name)
+        named, missing = knowledge.schema_entries(source.slug, names, similar=False)
+        parts = []
+        if named:
+            parts.append(
+                "The tables it names, as PAW knows them:\n\n"
+                + "\n\n".join(format_entry(entry) for entry in named)
+            )
+        if verdict.code == "unparsed" or not missing:
+            return parts
+        alike, _ = knowledge.schema_entries(source.slug, missing, limit=3)
+        unknown = ", ".join(missing)
+        if alike:
+            parts.append(
+                f"PAW knows no table named {unknown}; the tables named most like it:\n\n"
+                + "\n\n".join(format_entry(entry) for entry in alike)
+            )
+        else:
+            parts.append(
+                f"PAW knows no table named {unknown} in {source.slug}; search_knowledge may "
+                "find what you need."
+            )
+        return parts
 
     def tool_search_knowledge(self, args: dict[str, Any], context: ToolContext) -> ToolOutcome:
         """The entries of the run's knowledge indexes most relevant to ``query``."""

@@ -310,8 +310,10 @@ def test_an_unknown_table_brings_the_tables_named_like_it(start, model, shop):
     }[shop.dialect]
     assert checked.startswith(SENT_BACK + message), checked
     assert checked.endswith(
-        "\n\nThe tables it names, as PAW knows them (no table is named check_product; these are "
-        "named like it):\n\n" + format_entry(shop.entry) + "\n\n" + tail(1)
+        "\n\nPAW knows no table named check_product; the tables named most like it:\n\n"
+        + format_entry(shop.entry)
+        + "\n\n"
+        + tail(1)
     ), checked
     first = notifies(lines, "tool")[0]
     assert first["summary"] == "checked: unknown table check_product"
