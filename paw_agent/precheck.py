@@ -55,9 +55,10 @@ class Check:
     """What the check of one statement found.
 
     ``outcome``: ``planned`` (the database planned it: it runs), ``refused`` (it does not
-    parse or does not plan: it is not run) or ``timeout`` (the ``EXPLAIN`` took longer
-    than its limit: it runs unchecked). ``code``: ``planned``, ``timeout``, ``unparsed``
-    (the parser's refusal), or the database's reason: ``unknown_column``,
+    parse or does not plan: it is not run), ``timeout`` (the ``EXPLAIN`` took longer
+    than its limit: it runs unchecked) or ``skipped`` (the run's ``--sql-retries`` are
+    used: it runs unchecked; code ``retries_used``). ``code``: ``planned``, ``timeout``,
+    ``unparsed`` (the parser's refusal), or the database's reason: ``unknown_column``,
     ``unknown_table``, ``unknown_function``, ``ambiguous_column``, ``missing_from`` (a
     name ``q.x`` whose ``q`` is no table or alias of its ``FROM``), ``syntax_error``,
     ``not_planned`` (any other). ``message``: one line for people (``unknown column
@@ -98,8 +99,10 @@ class Check:
 def explain_statement(sql: str, dialect: str) -> str | None:
     """The ``EXPLAIN`` that plans ``sql`` (a read of ``dialect``) without running it, or
     None when there is none to send: an unknown dialect, or a text that is not one read
-    once prefixed (``paw_sqlcheck.judge``; a defence in depth, as a read is one
-    statement and the prefix closes its own options)."""
+    once prefixed (``paw_sqlcheck.judge``; a defence in depth: a read is one query, so it
+    starts with ``SELECT``, ``WITH``, ``VALUES``, ``TABLE`` or a parenthesis, never with a
+    word ``EXPLAIN`` would take as an option such as MySQL's ``ANALYZE``, and PostgreSQL's
+    prefix closes its option list itself)."""
     from paw_sqlcheck import judge
 
     prefix = EXPLAIN_PREFIX.get(dialect)
