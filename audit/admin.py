@@ -32,8 +32,8 @@ from paw_project.adminkit import PawModelAdmin
 #: The CSV's columns, in order (the staff API's fields, teams as names joined by ``;``).
 CSV_COLUMNS = (
     "time", "username", "teams", "datasource", "conversation_id", "run_id", "kind",
-    "statement", "approved_by", "approved_via", "approval_id", "outcome", "row_count",
-    "duration_ms",
+    "statement", "approved_by", "approved_via", "approval_id", "outcome", "explained",
+    "row_count", "duration_ms",
 )  # fmt: skip
 #: A cell starting with one of these is read as a formula by spreadsheets: it gets a
 #: leading ``'`` in the CSV (OWASP's advice on CSV injection).
@@ -41,10 +41,13 @@ _FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
 def csv_cell(value: Any) -> str:
-    """A value as a CSV cell: ``None`` empty, datetimes ISO 8601 in UTC, text that a
-    spreadsheet would run as a formula (``=…``, ``+…``, ``-…``, ``@…``) behind a ``'``."""
+    """A value as a CSV cell: ``None`` empty, booleans ``true`` / ``false`` (as in the
+    staff API's JSON), datetimes ISO 8601 in UTC, text that a spreadsheet would run as a
+    formula (``=…``, ``+…``, ``-…``, ``@…``) behind a ``'``."""
     if value is None:
         return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
     if hasattr(value, "isoformat"):
         return value.astimezone(datetime.UTC).isoformat().replace("+00:00", "Z")
     text = str(value)
@@ -124,7 +127,7 @@ class SqlStatementAdmin(PawModelAdmin):
 
     list_display = (
         "time", "username", "team_names", "datasource", "kind", "short_statement",
-        "approved_by", "outcome", "row_count", "duration_ms",
+        "approved_by", "outcome", "explained", "row_count", "duration_ms",
     )  # fmt: skip
     list_filter = (
         ("username", admin.AllValuesFieldListFilter),

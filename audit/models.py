@@ -26,10 +26,13 @@ class SqlStatement(models.Model):
     (a write), approved or not; ``approved_by``, ``approved_via``: who approved it and how
     (``user``: that person; ``auto``: the conversation's auto-approve, ``approved_by``
     then its owner), empty when nobody did. ``outcome``: ``ok``, or an error code (``database_error``,
-    ``timeout``, ``connect_failed``, ``declined``, ``refused``, ``interrupted`` …:
-    docs/data.md). ``row_count``: rows returned (a read, counted up to 100,000) or changed
-    (a write), ``None`` when unknown. ``duration_ms``: how long the statement took, as the
-    runtime timed it (milliseconds), ``None`` when unknown.
+    ``timeout``, ``connect_failed``, ``declined``, ``refused``, ``check_failed``,
+    ``interrupted`` …: docs/data.md). ``explained``: paw-agent's check before running sent
+    an ``EXPLAIN`` of the statement to the datasource first (the row stands for both; with
+    ``check_failed`` only the ``EXPLAIN`` was sent). ``row_count``: rows returned (a read,
+    counted up to 100,000) or changed (a write), ``None`` when unknown. ``duration_ms``:
+    how long the statement took, as the runtime timed it (milliseconds), ``None`` when
+    unknown.
     """
 
     class Kind(models.TextChoices):
@@ -52,6 +55,9 @@ class SqlStatement(models.Model):
     approved_by = models.CharField(max_length=150, blank=True, default="")
     approved_via = models.CharField(max_length=16, blank=True, default="")
     outcome = models.CharField(max_length=64)
+    explained = models.BooleanField(
+        default=False, help_text="An EXPLAIN of it was sent first (paw-agent's check)."
+    )
     row_count = models.BigIntegerField(null=True, blank=True)
     duration_ms = models.BigIntegerField(null=True, blank=True)
 

@@ -46,6 +46,7 @@ def sql_statement_record(
     approval_id: uuid.UUID | None = None,
     approved_by: str = "",
     approved_via: str = "",
+    explained: bool = False,
 ) -> SqlStatement | None:
     """Record the ``ordinal``-th SQL statement (1, 2 …) of run ``run_id``, sent at
     ``time`` by user ``user_id`` to datasource ``datasource`` (a slug), with the teams
@@ -56,6 +57,7 @@ def sql_statement_record(
     ``outcome``: ``ok`` or an error code; ``row_count`` and ``duration_ms``
     (milliseconds) as known, else ``None``; ``approval_id``, ``approved_by`` (a
     username) and ``approved_via`` (``user`` | ``auto``): the confirm that allowed it.
+    ``explained``: an ``EXPLAIN`` of it was sent first (paw-agent's check before running).
 
     Returns the row, or ``None`` when that statement of the run is recorded already (a
     batch applied again records nothing twice). Call inside a transaction (the node's)."""
@@ -83,6 +85,7 @@ def sql_statement_record(
                 approved_by=approved_by[:150],
                 approved_via=approved_via[:16],
                 outcome=outcome[:64],
+                explained=explained,
                 row_count=row_count,
                 duration_ms=duration_ms,
             )

@@ -31,7 +31,7 @@ from paw_agent.knowledge import Knowledge
 from paw_agent.model import Completion, ModelClient, ModelError, estimate_tokens
 from paw_agent.protocol import DeltaBuffer, RunStream
 from paw_agent.sql import load_datasources
-from paw_agent.tools import GATED, Toolbox, ToolContext, display_args, full_args
+from paw_agent.tools import GATED, SqlChecks, Toolbox, ToolContext, display_args, full_args
 from paw_agent.workspace import PRIVATE_DIR, Workspace
 
 APPROVE = {"y", "yes", "true", "1"}  # PROTOCOL.md: a confirm's first answer approves
@@ -57,6 +57,10 @@ class Settings:
     attempts: int = 4
     retry_base: float = 0.5
     sql_result_rows: int = 100
+    #: Statements the check before ``run_sql`` may send back per run (0: no check), and
+    #: the seconds its ``EXPLAIN`` may take (``paw_agent.precheck``).
+    sql_retries: int = 2
+    sql_check_timeout: float = 5.0
     max_image_bytes: int = DEFAULT_MAX_BYTES
     warm: bool = True  # import the model SDK right after ``ready``, not on the first call
     #: Streamed pieces closer together than this many seconds share a ``delta`` line
@@ -122,6 +126,7 @@ class Agent:
             packages_dir=packages,
             tool_timeout=settings.tool_timeout,
             sql_result_rows=settings.sql_result_rows,
+            sql_check_timeout=settings.sql_check_timeout,
         )
 
     def seed_history(self, turns: list[Turn]) -> None:
@@ -441,6 +446,7 @@ class Run:
             knowledge=self.knowledge,
             vision=bool(self.vision),
             max_image_bytes=settings.max_image_bytes,
+            sql_checks=SqlChecks(retries=settings.sql_retries),
         )
         self._load_attachments()
         tools = toolbox.specs_for(context)

@@ -81,6 +81,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="rows of a run_sql result sent to the host as data (default 100)",
     )
     serve.add_argument(
+        "--sql-retries",
+        type=int,
+        default=2,
+        metavar="N",
+        help="statements per run that the check before run_sql (parsed, then EXPLAINed) "
+        "sends back to the model instead of running them; then they run unchecked "
+        "(default 2, 0: no check)",
+    )
+    serve.add_argument(
+        "--sql-check-timeout",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="time limit of that check's EXPLAIN; a slower one lets the statement run "
+        "unchecked (default 5)",
+    )
+    serve.add_argument(
         "--max-image-bytes",
         type=int,
         default=20 * 1024 * 1024,
@@ -198,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
         attempts=max(0, args.retries) + 1,
         retry_base=max(0.0, args.retry_base),
         sql_result_rows=max(0, args.sql_result_rows),
+        sql_retries=max(0, args.sql_retries),
+        sql_check_timeout=max(0.1, args.sql_check_timeout),
         max_image_bytes=max(1, args.max_image_bytes),
         warm=not args.no_warm,
         delta_window=max(0.0, args.delta_window) / 1000,

@@ -21,6 +21,7 @@ sandbox was given an embedding endpoint (``PAW_EMBEDDING_BASE_URL``,
 from __future__ import annotations
 
 import contextlib
+import difflib
 import re
 import sqlite3
 from collections.abc import Mapping
@@ -183,6 +184,54 @@ class Knowledge:
                 for row in rows
             ]
 
+    def schema_entries(
+        self, datasource: str, names: list[str], *, similar: bool = True, limit: int = 5
+    ) -> tuple[list[dict[str, Any]], list[str]]:
+        """The ``schema`` entries of ``datasource`` (its index files, then the run's chosen
+        entries) titled by ``names``, the tables a statement names (``orders``,
+        ``public.orders``, ``Shop.Orders``): a title matches a name ignoring case, and by
+        its last part when one of the two is not qualified (a harvest titles PostgreSQL's
+        ``public`` tables without their schema). With ``similar``, a name without an
+        entry brings the entries whose titles are closest to it (``difflib``, at most 2
+        per name: ``orders`` for ``order``). At most ``limit`` entries, in the order of
+        ``names``. Returns ``(entries, the names no entry matched)``; an index that
+        cannot be read counts as empty."""
+        known: list[dict[str, Any]] = []
+        for index in self.indexes:
+            if index.datasource != datasource:
+                continue
+            with contextlib.suppress(sqlite3.Error):
+                uri = f"file:{index.path}?mode=ro&immutable=1"
+                with contextlib.closing(sqlite3.connect(uri, uri=True)) as db:
+                    known += [
+                        {"id": row[0], "datasource": datasource, "kind": "schema",
+                         "title": row[1], "text": row[2], "sql": row[3]}
+                        for row in db.execute(
+                            "SELECT id, title, text, sql FROM entries WHERE kind = 'schema' "
+                            "ORDER BY id"
+                        )
+                    ]  # fmt: skip
+        titles = {str(entry["title"]).lower() for entry in known}
+        known += [
+            dict(entry)
+            for entry in self.entries
+            if entry.get("kind") == "schema"
+            and entry.get("datasource") == datasource
+            and str(entry.get("title")).lower() not in titles
+        ]
+        chosen: list[dict[str, Any]] = []
+        missing: list[str] = []
+        for name in names:
+            found = [entry for entry in known if _names_table(str(entry["title"]), name)]
+            if not found:
+                missing.append(name)
+                if similar:
+                    by_title = {str(entry["title"]).lower(): entry for entry in known}
+                    close = difflib.get_close_matches(name.lower(), list(by_title), n=2)
+                    found = [by_title[title] for title in close]
+            chosen += [entry for entry in found if entry not in chosen]
+        return chosen[:limit], missing
+
     def _query_vector(self, query: str, model: str) -> Any:
         """The query's normalised vector by the index's ``model``, or None (no endpoint,
         another model, or the endpoint failed: full-text alone then)."""
@@ -243,6 +292,18 @@ def verified_examples_first(entries: list[dict[str, Any]]) -> list[dict[str, Any
         )
     )
     return [next(examples) if e.get("kind") == "example" else e for e in entries]
+
+
+def _names_table(title: str, name: str) -> bool:
+    """Whether a schema entry's ``title`` is the table a statement calls ``name``: the
+    same ignoring case and quotes, or the same last part when one of them is not
+    qualified (``orders`` and ``public.orders``)."""
+    title, name = title.replace('"', "").lower(), name.replace('"', "").lower()
+    if title == name:
+        return True
+    if "." in title and "." in name:
+        return False
+    return title.rsplit(".", 1)[-1] == name.rsplit(".", 1)[-1]
 
 
 def format_entry(entry: Mapping[str, Any], *, limit: int = ENTRY_CHARS) -> str:

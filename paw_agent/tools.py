@@ -28,6 +28,7 @@ from paw_agent.control import RunControl
 from paw_agent.images import DEFAULT_MAX_BYTES, ImageRefused, image_part
 from paw_agent.kernel_client import KernelDied, KernelTimeout, PythonKernel
 from paw_agent.knowledge import KINDS, MAX_LIMIT, Knowledge, format_entry
+from paw_agent.precheck import CHECK_TIMEOUT, Check, explain_check, parse_refusal
 from paw_agent.sql import ROW_CAP, Datasource, SqlError, run_query
 from paw_agent.workspace import PRIVATE_DIR, PathRefused, Workspace
 
@@ -96,6 +97,22 @@ def people_output(*, stdout: str = "", stderr: str = "", error: str | None = Non
 
 
 @dataclass
+class SqlChecks:
+    """The check before ``run_sql`` runs a statement (:mod:`paw_agent.precheck`), for one
+    run: it may send ``retries`` statements back to the model (``--sql-retries``; 0: no
+    check), and has sent ``refused`` back so far. Once none are :attr:`left`, statements
+    run unchecked, as without the check."""
+
+    retries: int
+    refused: int = 0
+
+    @property
+    def left(self) -> int:
+        """How many more statements the check may send back in this run."""
+        return max(0, self.retries - self.refused)
+
+
+@dataclass
 class ToolContext:
     """What a tool may use during one run: its ``control`` (cancel, deadline), ``confirm``
     (prompt → approved?; raises ``Stopped`` on cancel), ``ask`` (questions → answer, or
@@ -114,6 +131,8 @@ class ToolContext:
     vision: bool = False
     #: Largest image ``view_image`` sends (bytes).
     max_image_bytes: int = DEFAULT_MAX_BYTES
+    #: The run's check before ``run_sql`` runs a statement (None: no check).
+    sql_checks: SqlChecks | None = None
 
 
 def _schema(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
@@ -328,15 +347,23 @@ def _summary_line(text: str, limit: int = 120) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-def _sql_run(began: float, *, row_count: int | None = None, error: str | None = None) -> dict:
+def _sql_run(
+    began: float,
+    *,
+    row_count: int | None = None,
+    error: str | None = None,
+    explained: bool = False,
+) -> dict:
     """What ``run_sql`` tells the host of a statement it sent to the database (``notify
     tool`` ``sql_run``, for PAW's audit): ``{"duration_ms": int (since ``began``, a
     ``time.monotonic()``), "row_count": rows returned or changed, or None, "error": None
-    or the :class:`~paw_agent.sql.SqlError` code}``."""
+    or the :class:`~paw_agent.sql.SqlError` code, "explained": an ``EXPLAIN`` of it was
+    sent first (the check before running)}``."""
     return {
         "duration_ms": max(0, round((time.monotonic() - began) * 1000)),
         "row_count": row_count if row_count is None or row_count >= 0 else None,
         "error": error,
+        "explained": explained,
     }
 
 
@@ -361,6 +388,7 @@ class Toolbox:
         packages_dir: Path,
         tool_timeout: float,
         sql_result_rows: int = 100,
+        sql_check_timeout: float = CHECK_TIMEOUT,
     ) -> None:
         self.workspace = workspace
         self.kernel = kernel
@@ -368,6 +396,7 @@ class Toolbox:
         self.packages_dir = packages_dir
         self.tool_timeout = tool_timeout
         self.sql_result_rows = sql_result_rows
+        self.sql_check_timeout = sql_check_timeout
 
     @property
     def specs(self) -> list[dict[str, Any]]:
@@ -725,7 +754,8 @@ class Toolbox:
     # -- data -------------------------------------------------------------------------
 
     def tool_run_sql(self, args: dict[str, Any], context: ToolContext) -> ToolOutcome:
-        """One statement on a datasource; writes only once approved."""
+        """One statement on a datasource, checked first (:meth:`_check_sql`); writes
+        only once approved."""
         slug, query = args["datasource"], args["query"]
         if not isinstance(query, str) or not query.strip():
             raise ToolError("query must be a non-empty string")
@@ -737,6 +767,22 @@ class Toolbox:
         from paw_sqlcheck import judge  # the parser loads on the first statement
 
         verdict = judge(query, dialect=source.dialect)
+        began = time.monotonic()
+        try:
+            check = self._check_sql(source, query, verdict, context)
+        except SqlError as exc:  # no connection, a session PAW cannot judge for
+            return ToolOutcome(
+                f"error: {exc}",
+                ok=False,
+                summary=_summary_line(str(exc)),
+                notify={"sql_run": _sql_run(began, error=exc.code)},
+            )
+        if check is not None and check.refused:
+            return self._sent_back(source, query, verdict, check, context)
+        notify: dict[str, Any] = {}
+        if check is not None:
+            notify["sql_check"] = self._check_data(check, context)
+        explained = check is not None and check.explained
         if not verdict.read and source.read_only:
             raise ToolError(
                 f"datasource {source.slug} is read-only and this statement is not a read: "
@@ -760,18 +806,119 @@ class Toolbox:
                 explain=verdict.explain,
             )
         except SqlError as exc:
+            notify["sql_run"] = _sql_run(began, error=exc.code, explained=explained)
             return ToolOutcome(
-                f"error: {exc}",
-                ok=False,
-                summary=_summary_line(str(exc)),
-                notify={"sql_run": _sql_run(began, error=exc.code)},
+                f"error: {exc}", ok=False, summary=_summary_line(str(exc)), notify=notify
             )
         text = result.text()
         structured = result.structured(datasource=slug, sql=query, rows=self.sql_result_rows)
-        notify: dict[str, Any] = {"sql_run": _sql_run(began, row_count=result.row_count)}
+        notify["sql_run"] = _sql_run(began, row_count=result.row_count, explained=explained)
         if structured is not None:
             notify["sql_result"] = structured
         return ToolOutcome(text, summary=_summary_line(text), notify=notify)
+
+    def _check_sql(
+        self, source: Datasource, query: str, verdict: Any, context: ToolContext
+    ) -> Check | None:
+        """The check before ``query`` runs (:mod:`paw_agent.precheck`): a statement the
+        parser refused is sent back; a read (not itself an ``EXPLAIN``) is ``EXPLAIN``ed
+        within ``sql_check_timeout`` seconds. None when there is nothing to check (not a
+        read, an ``EXPLAIN``, no check this run). Once the run's checks have sent
+        ``--sql-retries`` statements back, the rest run unchecked (a ``skipped`` check).
+        Raises :class:`~paw_agent.sql.SqlError` (no connection…) and ``Stopped``."""
+        checks = context.sql_checks
+        checkable = verdict.code == "unparsed" or (verdict.read and not verdict.explain)
+        if checks is None or checks.retries <= 0 or not checkable:
+            return None
+        if checks.left <= 0:
+            return Check(
+                outcome="skipped",
+                code="retries_used",
+                message=f"not checked: {checks.refused} statements were sent back already",
+            )
+        if verdict.code == "unparsed":
+            return parse_refusal(query, verdict.reason)
+        timeout = min(self.sql_check_timeout, self.tool_timeout)
+        return explain_check(source, query, timeout=timeout, control=context.control)
+
+    def _check_data(self, check: Check, context: ToolContext) -> dict[str, Any]:
+        """``sql_check`` of a ``notify tool``: :meth:`Check.data` and the run's
+        ``retries`` and how many are ``left``."""
+        checks = context.sql_checks
+        retries = checks.retries if checks is not None else 0
+        left = checks.left if checks is not None else 0
+        return {**check.data(), "retries": retries, "left": left}
+
+    def _sent_back(
+        self, source: Datasource, query: str, verdict: Any, check: Check, context: ToolContext
+    ) -> ToolOutcome:
+        """The answer to a statement the check refused: not run, the database's (or the
+        parser's) message and the ``schema`` entries of the tables it names, from the
+        run's knowledge (and those named most like a table it does not know)."""
+        checks = context.sql_checks
+        if checks is not None:
+            checks.refused += 1
+        parts = [f"error: not run; the check before running refused it: {check.detail}"]
+        if context.knowledge is not None:
+            parts += self._tables_named(source, query, verdict, check, context.knowledge)
+        left = checks.left if checks is not None else 0
+        parts.append(
+            "Correct the statement and call run_sql again"
+            + (
+                f" ({left} more may be sent back in this run; then statements run unchecked)."
+                if left
+                else " (the next statements of this run run unchecked)."
+            )
+        )
+        notify: dict[str, Any] = {"sql_check": self._check_data(check, context)}
+        if check.explained:
+            notify["sql_run"] = {
+                "duration_ms": check.duration_ms,
+                "row_count": None,
+                "error": "check_failed",
+                "explained": True,
+            }
+        return ToolOutcome(
+            "\n\n".join(parts), ok=False, summary=f"checked: {check.message}", notify=notify
+        )
+
+    @staticmethod
+    def _tables_named(
+        source: Datasource, query: str, verdict: Any, check: Check, knowledge: Knowledge
+    ) -> list[str]:
+        """What the run's knowledge says of the tables a statement sent back names: their
+        ``schema`` entries; for a name it has no entry for, the entries named most like
+        it (or that it knows none). A statement that does not parse has no tree: the
+        entries of the known tables among its words."""
+        if verdict.code == "unparsed":
+            words = re.findall(r"[A-Za-z_][\w$]*(?:\.[A-Za-z_][\w$]*)*", query)
+            names = list(dict.fromkeys(words))
+        else:
+            names = list(verdict.tables)
+            if check.code == "unknown_table" and check.name and check.name not in names:
+                names.append(check.name)
+        named, missing = knowledge.schema_entries(source.slug, names, similar=False)
+        parts = []
+        if named:
+            parts.append(
+                "The tables it names, as PAW knows them:\n\n"
+                + "\n\n".join(format_entry(entry) for entry in named)
+            )
+        if verdict.code == "unparsed" or not missing:
+            return parts
+        alike, _ = knowledge.schema_entries(source.slug, missing, limit=3)
+        unknown = ", ".join(missing)
+        if alike:
+            parts.append(
+                f"PAW knows no table named {unknown}; the tables named most like it:\n\n"
+                + "\n\n".join(format_entry(entry) for entry in alike)
+            )
+        else:
+            parts.append(
+                f"PAW knows no table named {unknown} in {source.slug}; search_knowledge may "
+                "find what you need."
+            )
+        return parts
 
     def tool_search_knowledge(self, args: dict[str, Any], context: ToolContext) -> ToolOutcome:
         """The entries of the run's knowledge indexes most relevant to ``query``."""

@@ -113,7 +113,11 @@ class AuditStatementOutput(serializers.Serializer):
     )
     outcome = serializers.CharField(
         help_text="`ok`, or an error code: `database_error`, `timeout`, `connect_failed`, "
-        "`declined`, `refused`, `interrupted` …"
+        "`declined`, `refused`, `check_failed`, `interrupted` …"
+    )
+    explained = serializers.BooleanField(
+        help_text="paw-agent's check sent an EXPLAIN of it first (with `check_failed`, only "
+        "the EXPLAIN was sent)."
     )
     row_count = serializers.IntegerField(
         allow_null=True, help_text="Rows returned (a read) or changed (a write); `null`: unknown."

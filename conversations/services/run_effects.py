@@ -252,11 +252,14 @@ def _count(value: Any) -> int | None:
 def sql_outcome_of(result: dict[str, Any] | None) -> tuple[str, int | None, int | None]:
     """``(outcome, row_count, duration_ms)`` of a ``run_sql`` call from its ``notify
     tool`` ``data`` (``None``: the run ended first → ``interrupted``). paw-agent's
-    ``sql_run`` (``{"duration_ms", "row_count", "error"}``) says what a statement sent to
-    the database did; a failed call without it never reached the database by the
-    runtime's word (``refused``: read-only datasource, bad arguments …). The runtime is
-    untrusted: an error code not of the form ``[a-z][a-z0-9_]*`` (64 at most) is
-    ``database_error``, a count that is not a non-negative integer is ``None``."""
+    ``sql_run`` (``{"duration_ms", "row_count", "error", "explained"}``) says what a
+    statement sent to the database did (``check_failed``: only the ``EXPLAIN`` of its
+    check before running was sent, which refused it); a failed call without it never
+    reached the database by the runtime's word: ``check_failed`` when its ``sql_check``
+    refused it (the statement does not parse), else ``refused`` (read-only datasource,
+    bad arguments …). The runtime is untrusted: an error code not of the form
+    ``[a-z][a-z0-9_]*`` (64 at most) is ``database_error``, a count that is not a
+    non-negative integer is ``None``."""
     if not isinstance(result, dict):
         return "interrupted", None, None
     run = result.get("sql_run") if isinstance(result.get("sql_run"), dict) else {}
@@ -267,6 +270,9 @@ def sql_outcome_of(result: dict[str, Any] | None) -> tuple[str, int | None, int 
     if result.get("ok") is True:
         return "ok", rows, duration
     if not run:
+        check = result.get("sql_check")
+        if isinstance(check, dict) and check.get("ok") is False:
+            return "check_failed", None, None
         return "refused", None, None
     error = run.get("error")
     code = error if isinstance(error, str) and _ERROR_CODE.match(error) else "database_error"
@@ -297,8 +303,9 @@ def sql_statement_audit(control: RunControl, sql: SqlCall) -> None:
     datasource's dialect. A write's approver comes from the confirm that named this very
     call: the person who approved it, or the conversation's owner when it auto-approved;
     a confirm declined or expired makes a failed call ``declined``. Outcome, rows and
-    duration: :func:`sql_outcome_of`. Recorded even when the conversation was deleted
-    meanwhile (the statement was sent all the same)."""
+    duration: :func:`sql_outcome_of`; ``explained``: the runtime's ``sql_run`` says an
+    ``EXPLAIN`` of the statement was sent first (its check before running). Recorded even
+    when the conversation was deleted meanwhile (the statement was sent all the same)."""
     given = sql.call.get("input") if isinstance(sql.call.get("input"), dict) else {}
     slug = str(given.get("datasource") or "")
     query = given.get("query")
@@ -307,6 +314,8 @@ def sql_statement_audit(control: RunControl, sql: SqlCall) -> None:
         datasource_list(enabled_only=False).filter(slug=slug).values_list("dialect", flat=True)
     ).first()
     outcome, row_count, duration_ms = sql_outcome_of(sql.result)
+    run = sql.result.get("sql_run") if isinstance(sql.result, dict) else None
+    explained = isinstance(run, dict) and run.get("explained") is True
     approval = _confirm_of(control.run_id, sql.call)
     approved = approval is not None and approval.status == Approval.Status.APPROVED
     if approval is not None and not approved and outcome != "ok":
@@ -326,6 +335,7 @@ def sql_statement_audit(control: RunControl, sql: SqlCall) -> None:
         dialect=dialect,
         statement=statement,
         outcome=outcome,
+        explained=explained,
         row_count=row_count,
         duration_ms=duration_ms,
         approval_id=approval.id if approval is not None else None,

@@ -40,6 +40,7 @@ def audit(user, other_user):
             statement='=HYPERLINK("http://evil")',
             outcome="database_error",
             row_count=None,
+            explained=True,
         ),
         "m1": recorded(other_user, time="2026-12-03T12:00", statement="SELECT 'm1'"),
     }
@@ -99,10 +100,12 @@ def test_the_csv_export_of_the_filtered_list_and_of_selected_rows(admin_client_,
         "approved_via": "",
         "approval_id": "",
         "outcome": "ok",
+        "explained": "false",
         "row_count": "1",
         "duration_ms": "3",
     }
     assert rows[0]["outcome"] == "database_error" and rows[0]["row_count"] == ""
+    assert rows[0]["explained"] == "true"
     everything = csv_of(admin_client_.get(EXPORT))
     assert [r["username"] for r in everything] == ["mallory", "alice", "alice"]
     selected = admin_client_.post(

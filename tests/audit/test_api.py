@@ -63,6 +63,7 @@ def test_every_statement_newest_first_in_the_documented_shape(staff, audit, user
         "approved_via": None,
         "approval_id": None,
         "outcome": "ok",
+        "explained": False,
         "row_count": 1,
         "duration_ms": 3,
     }

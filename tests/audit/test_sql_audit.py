@@ -107,10 +107,12 @@ def test_a_read_an_approved_write_and_a_failing_statement_are_each_recorded_once
         assert db.execute("SELECT sum(total) FROM orders WHERE day = 'Sun'").fetchone() == (45.25,)
 
     rows = list(SqlStatement.objects.filter(run_id=run["id"]).order_by("ordinal"))
-    assert [(r.ordinal, r.kind, r.outcome, r.row_count) for r in rows] == [
-        (1, "read", "ok", 3),
-        (2, "write", "ok", 2),
-        (3, "read", "database_error", None),
+    # The reads were checked first (an EXPLAIN sent before each); the broken one did not
+    # plan, so only its EXPLAIN was sent: check_failed.
+    assert [(r.ordinal, r.kind, r.outcome, r.row_count, r.explained) for r in rows] == [
+        (1, "read", "ok", 3, True),
+        (2, "write", "ok", 2, False),
+        (3, "read", "check_failed", None, True),
     ]
     read, write, broken = rows
     # Masked as every stored line is: the secret's value never reaches the audit (nor
@@ -136,8 +138,8 @@ def test_a_read_an_approved_write_and_a_failing_statement_are_each_recorded_once
         e.payload["data"]["sql_run"]
         for e in RunEvent.objects.filter(run_id=run["id"], kind="tool").order_by("cursor")
     ]
-    assert [(r["row_count"], r["error"]) for r in reported] == [
-        (3, None), (2, None), (None, "database_error"),
+    assert [(r["row_count"], r["error"], r["explained"]) for r in reported] == [
+        (3, None, True), (2, None, False), (None, "check_failed", True),
     ]  # fmt: skip
     assert [r["duration_ms"] for r in reported] == [r.duration_ms for r in rows]
 
@@ -146,7 +148,7 @@ def test_a_read_an_approved_write_and_a_failing_statement_are_each_recorded_once
     page = staff.get("/api/admin/audit", {"user": "alice"})
     assert page.status_code == 200, page.json()
     shown = page.json()["results"]
-    assert [r["outcome"] for r in shown] == ["database_error", "ok", "ok"]
+    assert [r["outcome"] for r in shown] == ["check_failed", "ok", "ok"]
     assert shown[1] == {
         "id": write.id,
         "time": write.time.isoformat().replace("+00:00", "Z"),
@@ -162,6 +164,7 @@ def test_a_read_an_approved_write_and_a_failing_statement_are_each_recorded_once
         "approved_via": "user",
         "approval_id": str(approval.id),
         "outcome": "ok",
+        "explained": False,
         "row_count": 2,
         "duration_ms": write.duration_ms,
     }
@@ -229,9 +232,7 @@ def test_an_auto_approved_write_names_the_conversations_owner(
 def test_a_statement_cut_short_by_a_cancel_is_recorded_interrupted(
     api, celery_worker, scripted_model
 ):
-    datasource_made(
-        slug="pg", name="PG", dialect="postgresql", connection=pg_datasource_settings()
-    )
+    datasource_made(slug="pg", name="PG", dialect="postgresql", connection=pg_datasource_settings())
     prompt = "Audit me: count to three hundred million"
     slow = "SELECT count(*) FROM generate_series(1, 300000000) AS g"
     scripted_model.load(
@@ -311,3 +312,46 @@ def test_a_write_refused_on_a_read_only_datasource_is_recorded_refused(
     assert (row.kind, row.outcome, row.row_count, row.duration_ms, row.approval_id) == (
         "write", "refused", None, None, None,
     )  # fmt: skip
+
+
+def test_statements_the_check_sent_back_are_recorded_check_failed_and_their_rows_say_why(
+    api, celery_worker, scripted_model, shop
+):
+    """paw-agent's check before running: a statement that does not parse never reaches
+    the database (``check_failed``, not explained); one that does not plan reaches it only
+    as its EXPLAIN (``check_failed``, explained); the fix runs, unchecked (``ok``: the
+    two sent back used the run's ``--sql-retries``). The tool rows the chat replays (the
+    conversation's events) carry what the check said."""
+    unparsed = "SELECT day FORM orders"
+    fixed = "SELECT day, total FROM orders ORDER BY id"
+    run = run_with_approvals(
+        api, scripted_model, prompt="Audit me: two wrong tries, then the right one", decide=[],
+        steps=[sql("shop", unparsed), sql("shop", BROKEN), sql("shop", fixed), {"text": "Ok."}],
+    )  # fmt: skip
+    assert run["status"] == "done", run["errors"]
+    rows = list(SqlStatement.objects.filter(run_id=run["id"]).order_by("ordinal"))
+    assert [(r.statement, r.outcome, r.explained, r.row_count) for r in rows] == [
+        (unparsed, "check_failed", False, None),
+        (BROKEN, "check_failed", True, None),
+        (fixed, "ok", False, 3),  # the two sent back used the run's retries: unchecked
+    ]
+    assert rows[0].duration_ms is None and isinstance(rows[1].duration_ms, int)
+    events = api.get(f"/api/conversations/{run['conversation_id']}/events").json()["events"]
+    tools = [e["event"]["data"] for e in events if e["kind"] == "tool"]
+    assert [(t["ok"], t["summary"]) for t in tools] == [
+        (False, "checked: does not parse near orders"),
+        (False, "checked: unknown column no_such_column"),
+        (True, "(3 rows)"),
+    ]
+    assert [
+        {k: t["sql_check"][k] for k in ("ok", "code", "name", "message", "left")} for t in tools
+    ] == [
+        {"ok": False, "code": "unparsed", "name": "orders", "message": "does not parse near orders",
+         "left": 1},
+        {"ok": False, "code": "unknown_column", "name": "no_such_column",
+         "message": "unknown column no_such_column", "left": 0},
+        {"ok": None, "code": "retries_used", "name": "",
+         "message": "not checked: 2 statements were sent back already", "left": 0},
+    ]  # fmt: skip
+    with sqlite3.connect(shop) as db:  # nothing was changed: these were reads
+        assert db.execute("SELECT sum(total) FROM orders").fetchone() == (63.75,)

@@ -585,3 +585,38 @@ def test_rows_of_python_agent_harness_still_show_without_tool_output(
     assert row.locator(".call").inner_text().startswith("Glob(pattern=")
     assert page.locator(".tool-result, .tool-media").count() == 0
     assert_no_page_errors(chat)
+
+
+def test_a_statement_the_check_sent_back_says_so_in_its_row(tips_datasource, chat, scripted_model):
+    """paw-agent's check before running: the wrong column's row reads "checked: unknown
+    column `tipp`" (the name as code) and was not run; the fix's row has its table."""
+    conversation = Conversation.objects.get(user__username="alice")
+    Conversation.objects.filter(pk=conversation.pk).update(datasources=["tips"])
+
+    def call(query: str) -> dict:
+        return {
+            "tool_calls": [{"name": "run_sql", "arguments": {"datasource": "tips", "query": query}}]
+        }
+
+    scripted_model.load(
+        {
+            "api_key": SCRIPTED_API_KEY,
+            "responses": [call("SELECT day, tipp FROM tips"), call(COUNT_SQL), "Counted."],
+        }
+    )  # fmt: skip
+    page = chat.page
+    ask(page, "tips by day")
+    page.locator(".answer", has_text="Counted.").wait_for(timeout=60_000)
+    checked, ran = page.locator(".tool[data-tool=run_sql]").all()
+    assert checked.get_attribute("data-state") == "checked"
+    state = checked.locator(".tool-state")
+    assert state.inner_text() == "checked: unknown column tipp"
+    assert state.locator("code").inner_text() == "tipp"
+    assert checked.locator(".result-table").count() == 0
+    assert ran.get_attribute("data-state") == "ok"
+    ran.locator("summary").click()
+    assert table_cells(ran.locator(".result-table table"))[1] == expected_counts(tips_datasource)
+    page.reload()  # replayed from the stored events: the same row
+    page.wait_for_selector(".tool[data-tool=run_sql][data-state=checked]")
+    assert page.locator(".tool[data-state=checked] .tool-state code").inner_text() == "tipp"
+    assert_no_page_errors(chat)

@@ -186,7 +186,10 @@ def test_sql_errors_go_back_to_the_model_and_code_never_sees_credentials(start, 
     lines = runtime.submit("oops", timeout=120)
     assert tool_results(model) == [
         "error: no datasource 'nope'; the datasources are: shop",
-        "error: SQLite error: no such table: missing_table",
+        # Checked before running (EXPLAIN QUERY PLAN): sent back, not run.
+        "error: not run; the check before running refused it: SQLite error: no such table: "
+        "missing_table\n\nCorrect the statement and call run_sql again (1 more may be sent "
+        "back in this run; then statements run unchecked).",
         # The code sees neither the provider key nor the datasource URLs, only the rest.
         "[] the user's own",
     ]
@@ -340,11 +343,15 @@ def test_mariadb_reads_stream_read_only_and_writes_run_once_approved(start, mode
         assert cursor.fetchone()[0] == Decimal("21.50")
 
 
+@pytest.mark.parametrize("checked", [True, False], ids=["checked", "unchecked"])
 @pytest.mark.parametrize("read_only", [False, True], ids=["writable", "read-only"])
-def test_a_mariadb_read_cannot_write(start, model, mariadb, read_only):
+def test_a_mariadb_read_cannot_write(start, model, mariadb, read_only, checked):
     """A function with a side effect behind a view is a read by the parser's rule (it
     reads a view), and runs in a READ ONLY transaction (and, on a read-only datasource, a
-    READ ONLY session): the database's own wall refuses the write."""
+    READ ONLY session): the database's own wall refuses the write. MariaDB's EXPLAIN
+    calls the view's function while planning: the check's EXPLAIN (the default) meets the
+    same wall, and the statement is sent back unrun; without the check (``--sql-retries
+    0``) the statement itself does."""
     with mariadb_cursor() as cursor:
         cursor.execute("DROP VIEW IF EXISTS shop_sneaky_view")
         cursor.execute("DROP FUNCTION IF EXISTS shop_sneaky")
@@ -356,11 +363,12 @@ def test_a_mariadb_read_cannot_write(start, model, mariadb, read_only):
     try:
         model.load(script(sql_call("SELECT * FROM shop_sneaky_view")))
         env = datasource_env("shop", "mysql", mariadb_database_url(), read_only=read_only)
-        runtime = start("paw-agent", env=env)
+        runtime = start("paw-agent", *(() if checked else ("--sql-retries", "0")), env=env)
         runtime.ready()
         runtime.submit("sneak")
         [sneaky] = tool_results(model)
-        assert sneaky.startswith("error: MySQL error:") and "READ ONLY" in sneaky.upper()
+        prefix = "error: not run; the check before running refused it: " if checked else "error: "
+        assert sneaky.startswith(prefix + "MySQL error:") and "READ ONLY" in sneaky.upper()
     finally:
         with mariadb_cursor() as cursor:
             cursor.execute("DROP VIEW IF EXISTS shop_sneaky_view")

@@ -74,6 +74,18 @@ export function verifiedBadge(verified) {
   );
 }
 
+/**
+ * What paw-agent's check before running found (`sql_check`: `{ok, code, message, name}`),
+ * in words for a tool row: "checked: unknown column `p.price`" (the name as code).
+ */
+export function checkWords(check) {
+  const message = typeof check.message === "string" ? check.message : "";
+  const name = typeof check.name === "string" ? check.name : "";
+  const at = name ? message.lastIndexOf(name) : -1;
+  if (at < 0) return ["checked: ", message];
+  return ["checked: ", message.slice(0, at), el("code", {}, name), message.slice(at + name.length)];
+}
+
 /** A SQL statement with its keywords, strings and numbers marked (class names only). */
 export function highlightSql(sql) {
   const code = el("code", { class: "language-sql" });

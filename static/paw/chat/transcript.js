@@ -7,7 +7,7 @@
 // a reload mid-run shows the full text once.
 
 import { el, formatCall, formatNumber } from "./dom.js";
-import { highlightSql, mediaFigures, outputBlocks, resultTable, saveExampleForm, verifiedBadge } from "./results.js";
+import { checkWords, highlightSql, mediaFigures, outputBlocks, resultTable, saveExampleForm, verifiedBadge } from "./results.js";
 
 const STATUS_TEXT = {
   queued: "Waiting for the agent…",
@@ -266,6 +266,7 @@ class RunView {
       ok: "ok",
       error: "error",
       declined: "not done: declined",
+      checked: "not run: checked",
       done: "done",
       cancelled: "cancelled",
     };
@@ -286,7 +287,15 @@ class RunView {
     const tool =
       this.tools.find((t) => t.name === data.name && ["running", "waiting"].includes(t.state)) ||
       this.addTool(data.name || "tool", data.name || "tool", "running");
-    this.setToolState(tool, data.ok ? "ok" : declined ? "declined" : "error", summary);
+    // paw-agent's check before running sent the statement back unrun ("checked: unknown
+    // column `p.price`"), or let it run unchecked (its EXPLAIN too slow, its retries used).
+    const check = data.sql_check && typeof data.sql_check === "object" ? data.sql_check : null;
+    const sentBack = Boolean(check && check.ok === false);
+    this.setToolState(tool, sentBack ? "checked" : data.ok ? "ok" : declined ? "declined" : "error", summary);
+    if (sentBack) tool.stateEl.replaceChildren(...checkWords(check));
+    else if (check && check.ok === null && typeof check.message === "string") {
+      tool.stateEl.append(el("span", { class: "tool-check" }, ` · ${check.message}`));
+    }
     this.showResult(tool, data);
   }
 
