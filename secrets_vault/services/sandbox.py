@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 
 from paw_project.errors import InvalidRequest
-from secrets_vault.embeddings import embedder_configured
+from secrets_vault.embeddings import LocalEmbedder, embedder_configured
 from secrets_vault.fields import UNDECRYPTABLE
 from secrets_vault.masking import secret_values_register
 from secrets_vault.models import Secret
@@ -149,8 +149,10 @@ def sandbox_environment(
             )
         )
     embedder = embedder_configured() if slugs else None
-    if embedder is not None:
-        # search_knowledge embeds its queries with the model the entries were embedded by.
+    # search_knowledge embeds its queries with the model the entries were embedded by,
+    # through its endpoint; a local model lives in PAW's processes, not in the sandbox:
+    # the sandbox's search is then full-text (the run's first context had the vectors).
+    if embedder is not None and not isinstance(embedder, LocalEmbedder):
         env["PAW_EMBEDDING_BASE_URL"] = embedder.base_url
         env["PAW_EMBEDDING_MODEL"] = embedder.model
         env["PAW_EMBEDDING_API_KEY"] = embedder.api_key or NO_KEY

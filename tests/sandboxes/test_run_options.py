@@ -253,3 +253,35 @@ def test_a_restricted_run_fails_clearly_on_a_runtime_that_cannot_restrict_tools(
     assert run.status == Run.Status.ERROR
     assert run.errors[0]["code"] == "runtime_unsupported"
     assert "use paw-agent" in run.errors[0]["message"]
+
+
+def test_a_run_on_a_datasource_with_the_local_embedding_model(
+    worker_node, scripted_model, shop_file
+):
+    """The bundled model embeds on the worker; the sandbox, which has no model, gets no
+    embedding endpoint and its search_knowledge is full-text."""
+    pytest.importorskip("wordllama", reason="the embeddings-light extra is not installed")
+    worker_node.use(
+        PAW_AGENT,
+        PAW_EMBEDDING_PROVIDER="local",
+        PAW_EMBEDDING_MODEL="wordllama-l2-supercat-256",
+    )
+    datasource = datasource_made(
+        slug="shop", name="Shop", dialect="sqlite", connection={"database": str(shop_file)}
+    )
+    datasource_schema_refresh(datasource_id=datasource.pk, user=None)
+    prompt = "Which island has the heaviest penguins, by the local model?"
+    scripted_model.load(searching(prompt, "tips by taxi"))
+    conversation = ConversationFactory()
+    assert run_to_end(conversation, prompt, datasources=["shop"]).status == Run.Status.DONE
+    asked = [request["input"] for request in scripted_model.embedding_requests]
+    assert [prompt] not in asked and ["tips by taxi"] not in asked  # no endpoint, either side
+    assert KnowledgeEntry.objects.filter(
+        datasource=datasource, vector_model="wordllama-l2-supercat-256"
+    ).exists()
+    [found] = [
+        m["content"] for m in request_of(scripted_model, prompt)["messages"] if m["role"] == "tool"
+    ]
+    assert found.startswith("[schema] taxi_trips (datasource shop)")
+    sandbox = Sandbox.objects.get(conversation=conversation, state__in=Sandbox.LIVE_STATES)
+    assert "PAW_EMBEDDING_MODEL" not in process_environment(sandbox.pid)
