@@ -247,13 +247,13 @@ def context_select(
     ranked = [loaded[i] for i in ranked_ids if i in loaded and not loaded[i].flag_reason]
 
     chosen: list[KnowledgeEntry] = []
-    seen: set[tuple[str, str, str]] = set()
+    seen: set[tuple[int, str, str, str]] = set()
     left = budget
 
     def take(entry: KnowledgeEntry, within: float) -> float:
         nonlocal left
-        key = (entry.kind, entry.text.strip(), entry.sql.strip())
-        if key in seen:  # the same note twice (or an entry already chosen) says nothing new
+        key = (entry.datasource_id, entry.kind, entry.text.strip(), entry.sql.strip())
+        if key in seen:  # the same note twice on a datasource (or one already chosen)
             return within
         price = cost(entry)
         if price > left or price > within:

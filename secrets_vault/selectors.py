@@ -703,7 +703,7 @@ def knowledge_search(
 #: The columns a search reads (never the vector).
 _ENTRY_COLUMNS = (
     "e.id, e.datasource_id, e.kind, e.title, e.text, e.sql, e.vector_model, e.flag_reason, "
-    "e.stale_since, e.created_at, e.updated_at"
+    "e.stale_since, e.verified_at, e.created_at, e.updated_at"
 )
 
 
