@@ -275,7 +275,12 @@ class Tally:
                 e["kind"] == "example" and frozenset(gold_tables_safe(e["sql"], case)) == frozenset(case.tables)
                 for e in context
             ))  # fmt: skip
-        self.tokens.append(sum(tokens_of(json.dumps(e, ensure_ascii=False)) for e in context))
+        # As the model reads them: without the lineage's id and the verified mark.
+        self.tokens.append(sum(
+            tokens_of(json.dumps({k: v for k, v in e.items() if k not in ("id", "verified")},
+                                 ensure_ascii=False))
+            for e in context
+        ))  # fmt: skip
         missing = case.tables - shown
         if missing:
             self.misses.append(f"q{case.id} {case.db}: tables {', '.join(sorted(missing))} not given")
