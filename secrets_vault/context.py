@@ -30,9 +30,9 @@ is chosen in three steps (measured on BIRD's mini-dev set, docs/performance.md,
 from __future__ import annotations
 
 import collections
+import functools
 import math
 import re
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -40,7 +40,7 @@ import numpy as np
 
 from paw_sqlcheck.references import statement_references
 from secrets_vault.models import Datasource, KnowledgeEntry
-from secrets_vault.selectors import RRF_K, knowledge_search, query_words
+from secrets_vault.selectors import RRF_K, knowledge_search, knowledge_versions, query_words
 
 #: Shares of the budget the best docs and the best examples may take before the tables.
 DOC_SHARE = 0.3
@@ -67,36 +67,27 @@ SEARCHED_DOCS = 50
 _REFERENCE = re.compile(r"references ([^\s(]+)\(", re.IGNORECASE)
 
 
+#: Examples' parsed tables kept per process (an example's SQL rarely changes).
+PARSED_CACHE_SIZE = 4096
+
+
+@functools.lru_cache(maxsize=PARSED_CACHE_SIZE)
 def _tables_read(sql: str, dialect: str) -> frozenset[str]:
     """The tables an example's SQL reads (lower case, as written: ``schema.table`` or
     ``table``; ``paw_sqlcheck.references``, CTEs and subqueries followed to their base
     tables), kept per process; empty when it does not parse."""
-    key = (sql, dialect)
-    with _PARSED_LOCK:
-        if key in _PARSED:
-            _PARSED.move_to_end(key)
-            return _PARSED[key]
-    found = frozenset(
-        name.lower().replace('"', "").replace("`", "")
-        for name in statement_references(sql, dialect=dialect).tables
-    )
-    with _PARSED_LOCK:
-        _PARSED[key] = found
-        while len(_PARSED) > PARSED_CACHE_SIZE:
-            _PARSED.popitem(last=False)
-    return found
+    return frozenset(_unquoted(name) for name in statement_references(sql, dialect=dialect).tables)
 
 
-#: Examples' parsed tables kept per process (an example's SQL rarely changes).
-PARSED_CACHE_SIZE = 4096
-_PARSED: collections.OrderedDict[tuple[str, str], frozenset[str]] = collections.OrderedDict()
-_PARSED_LOCK = threading.Lock()
+def _unquoted(name: str) -> str:
+    """A name lower-cased, without its quotes (``"Cards"`` → ``cards``)."""
+    return name.lower().replace('"', "").replace("`", "")
 
 
 def _name_keys(title: str) -> set[str]:
     """The names SQL may give a schema entry's table: its title lower-cased, without
     quotes, and its bare name when qualified (``formula_1.races`` → also ``races``)."""
-    name = title.lower().replace('"', "").replace("`", "")
+    name = _unquoted(title)
     return {name, name.rsplit(".", 1)[-1]}
 
 
@@ -134,23 +125,20 @@ class SchemaMap:
 
 #: Sets of datasources whose schema map a process keeps.
 SCHEMA_CACHE_SIZE = 8
-_SCHEMA_CACHE: collections.OrderedDict[tuple, SchemaMap] = collections.OrderedDict()
-_SCHEMA_LOCK = threading.Lock()
 
 
 def schema_map(datasource_ids: list[int]) -> SchemaMap:
     """The :class:`SchemaMap` of the datasources' schema entries, cached per process
     while no datasource's ``knowledge_version`` changed (one query for the versions; the
     entries' texts, streamed, when it did)."""
-    versions = tuple(
-        Datasource.objects.filter(pk__in=datasource_ids)
-        .order_by("pk")
-        .values_list("pk", "knowledge_version")
-    )
-    with _SCHEMA_LOCK:
-        if versions in _SCHEMA_CACHE:
-            _SCHEMA_CACHE.move_to_end(versions)
-            return _SCHEMA_CACHE[versions]
+    return _schema_map_of(knowledge_versions(datasource_ids))
+
+
+@functools.lru_cache(maxsize=SCHEMA_CACHE_SIZE)
+def _schema_map_of(versions: tuple[tuple[int, int], ...]) -> SchemaMap:
+    """The schema map of the datasources of ``versions`` (``(id, knowledge_version)``
+    pairs: a new version is a new key)."""
+    datasource_ids = [pk for pk, _ in versions]
     built = SchemaMap()
     names: dict[tuple[int, str], list[int]] = collections.defaultdict(list)
     columns: dict[str, list[int]] = collections.defaultdict(list)
@@ -167,15 +155,11 @@ def schema_map(datasource_ids: list[int]) -> SchemaMap:
         built.lines[entry_id] = lines
         for first in {line.split(" ", 1)[0] for line in lines}:
             columns[first].append(entry_id)
-        targets = {m.lower().replace('"', "") for m in _REFERENCE.findall(text)}
+        targets = {_unquoted(m) for m in _REFERENCE.findall(text)}
         built.references[entry_id] = targets
         for target in targets:
             referenced[(datasource_id, target)].append(entry_id)
     built.names, built.columns, built.referenced = dict(names), dict(columns), dict(referenced)
-    with _SCHEMA_LOCK:
-        _SCHEMA_CACHE[versions] = built
-        while len(_SCHEMA_CACHE) > SCHEMA_CACHE_SIZE:
-            _SCHEMA_CACHE.popitem(last=False)
     return built
 
 

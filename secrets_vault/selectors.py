@@ -802,17 +802,22 @@ _VECTOR_CACHE_LOCK = threading.Lock()
 VECTOR_CACHE_SIZE = 8
 
 
+def knowledge_versions(datasource_ids: list[int]) -> tuple[tuple[int, int], ...]:
+    """``((datasource id, knowledge_version), ...)`` by id: the key of the per-process
+    caches of the datasources' knowledge (the vectors here, ``context.schema_map``)."""
+    return tuple(
+        Datasource.objects.filter(pk__in=datasource_ids)
+        .order_by("pk")
+        .values_list("pk", "knowledge_version")
+    )
+
+
 def _vector_matrix(
     datasource_ids: list[int], model: str
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(entry ids, matrix of their vectors, their kinds)`` by ``model``, from the cache
     while no datasource's ``knowledge_version`` changed."""
-    versions = tuple(
-        Datasource.objects.filter(pk__in=datasource_ids)
-        .order_by("pk")
-        .values_list("pk", "knowledge_version")
-    )
-    key = (model, versions)
+    key = (model, knowledge_versions(datasource_ids))
     with _VECTOR_CACHE_LOCK:
         if key in _VECTOR_CACHE:
             _VECTOR_CACHE.move_to_end(key)
